@@ -1,0 +1,94 @@
+/**
+ * The metadata engine: names -> versions -> content, and the block table (content -> size, refcount,
+ * pin). Every mutation is one atomic transaction. Methods are async so that a networked engine
+ * (Redis, for many nodes) fits the same interface. Every implementation passes
+ * test/store/meta-conformance.
+ */
+
+export interface VersionRecord {
+  /** `<model>/<path...>`, validated by store/names.ts before it reaches an engine. */
+  name: string;
+  /** 1 for the first version of a name; +1 per commit; restarts at 1 after remove(). */
+  version: number;
+  sha256: string;
+  sizeBytes: number;
+  /** Commit time, ms since the epoch; never decreases along one name's versions. */
+  timeMs: number;
+}
+
+export interface BlockRecord {
+  sha256: string;
+  sizeBytes: number;
+  /** Retained versions (of any name) that reference this content. A row exists only while refs > 0. */
+  refs: number;
+  pinned: boolean;
+}
+
+export interface CommitResult {
+  version: VersionRecord;
+  /** Content whose last reference went away in this transaction (its block row is gone). */
+  released: string[];
+}
+
+export interface MetaTotals {
+  names: number;
+  versions: number;
+  blocks: number;
+  /** Sum of sizes of distinct content (what is stored). */
+  uniqueBytes: number;
+  /** Sum of sizes over all retained versions (what would be stored without dedup). */
+  logicalBytes: number;
+  pinnedBytes: number;
+}
+
+export interface ListOptions {
+  /** Return names strictly greater than this (paging cursor). */
+  after?: string;
+  /** At most this many names (the caller bounds it by LIST_PAGE_MAX). */
+  limit: number;
+}
+
+export interface MetaEngine {
+  readonly kind: string;
+
+  current(name: string): Promise<VersionRecord | undefined>;
+  version(name: string, version: number): Promise<VersionRecord | undefined>;
+  /** The version current at `timeMs`: the newest retained one whose timeMs <= the given time. */
+  versionAt(name: string, timeMs: number): Promise<VersionRecord | undefined>;
+  /** Retained versions of a name, oldest first; empty when the name does not exist. */
+  versions(name: string): Promise<VersionRecord[]>;
+
+  /**
+   * Atomically add a version of `name` referencing `sha256` (creating the block row with refs 1, or
+   * incrementing refs), then trim the name's versions to the newest `keepVersions`. timeMs is raised to
+   * the previous version's timeMs if it is smaller. A sha256 already known with another size is a bug
+   * in the caller (assert).
+   */
+  commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number): Promise<CommitResult>;
+  /** Atomically remove a name and all its versions. ENOENT if the name does not exist. */
+  remove(name: string): Promise<{ released: string[] }>;
+  /**
+   * Atomically: commit `from`'s current content as a new version of `to` (as commit() does), and remove
+   * `from` with all its versions. ENOENT if `from` does not exist. from === to is a no-op returning the
+   * current version.
+   */
+  rename(from: string, to: string, timeMs: number, keepVersions: number): Promise<CommitResult>;
+  /** Names that start with `prefix`, ascending by UTF-8 byte order / JS string order. */
+  list(prefix: string, options: ListOptions): Promise<string[]>;
+
+  block(sha256: string): Promise<BlockRecord | undefined>;
+  /** ENOENT if no such block row. */
+  setPinned(sha256: string, pinned: boolean): Promise<void>;
+  /** Every block row (for reconciliation at open). */
+  blocks(): Promise<BlockRecord[]>;
+  /**
+   * Recovery: remove every version that references `sha256` (content that was lost in a crash before it
+   * reached disk) and the block row. Returns how many versions went.
+   */
+  forget(sha256: string): Promise<{ removedVersions: number }>;
+  totals(): Promise<MetaTotals>;
+
+  /** Return only when every committed transaction is durable. */
+  sync(): Promise<void>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,481 @@
+/**
+ * SqliteMeta: the metadata engine for one node, on better-sqlite3.
+ *
+ * Durability: WAL journal with synchronous=NORMAL. A commit appends to the WAL without fsync, so it
+ * survives a crash of the process (kill -9: the WAL pages are in the OS page cache) but not a power
+ * loss; sync() makes every earlier commit durable against power loss too (see there).
+ *
+ * Locking: EXCLUSIVE locking mode. The totals are kept in this process and every mutation is assumed to
+ * come from here, so a second process (or a second mount) on the same file must not write; it gets
+ * EBUSY at open instead. In exclusive WAL mode SQLite also needs no -shm file.
+ *
+ * Order: names compare with the BINARY collation, i.e. memcmp of UTF-8 = code point order, the order of
+ * compareNames() in memory.ts (which differs from JS `<` only for characters above U+FFFF).
+ */
+import Database from 'better-sqlite3';
+import { assert, CascadeError, type ErrorCode } from '../errors';
+import type { BlockRecord, CommitResult, ListOptions, MetaEngine, MetaTotals, VersionRecord } from '../meta';
+import {
+  checkCommitArgs,
+  checkKeepVersions,
+  checkListArgs,
+  checkName,
+  checkTimeMs,
+  closedError,
+  compareNames,
+  prefixUpperBound,
+} from './memory';
+
+/** Bump when the schema changes; a database with a newer one is refused (an older binary must not write it). */
+const SCHEMA_VERSION = 1;
+/** How long a statement waits for a lock held by another connection before EBUSY. */
+const BUSY_TIMEOUT_MS = 1000;
+
+const SCHEMA = `
+  CREATE TABLE names (
+    name TEXT PRIMARY KEY,
+    last_version INTEGER NOT NULL -- numbers are not reused while the name exists, even after forget()
+  ) WITHOUT ROWID;
+  CREATE TABLE versions (
+    name TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    sha TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    time_ms INTEGER NOT NULL,
+    PRIMARY KEY (name, version)
+  ) WITHOUT ROWID;
+  CREATE INDEX versions_by_sha ON versions (sha);
+  CREATE TABLE blocks (
+    sha TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    refs INTEGER NOT NULL CHECK (refs > 0),
+    pinned INTEGER NOT NULL
+  ) WITHOUT ROWID;
+`;
+
+interface VersionRow {
+  name: string;
+  version: number;
+  sha: string;
+  size: number;
+  time_ms: number;
+}
+
+interface BlockRow {
+  sha: string;
+  size: number;
+  refs: number;
+  pinned: number;
+}
+
+const VERSION_COLUMNS = 'name, version, sha, size, time_ms';
+
+function toVersion(row: VersionRow): VersionRecord {
+  return { name: row.name, version: row.version, sha256: row.sha, sizeBytes: row.size, timeMs: row.time_ms };
+}
+
+function toBlock(row: BlockRow): BlockRecord {
+  return { sha256: row.sha, sizeBytes: row.size, refs: row.refs, pinned: row.pinned !== 0 };
+}
+
+/** SQLite failures become CascadeErrors so that the FUSE boundary can translate them; others pass. */
+function mapError(e: unknown): unknown {
+  if (!(e instanceof Database.SqliteError)) return e;
+  let code: ErrorCode = 'EIO';
+  if (e.code.startsWith('SQLITE_FULL')) code = 'ENOSPC';
+  else if (e.code.startsWith('SQLITE_BUSY') || e.code.startsWith('SQLITE_LOCKED')) code = 'EBUSY';
+  else if (e.code.startsWith('SQLITE_CORRUPT') || e.code === 'SQLITE_NOTADB') code = 'ECORRUPT';
+  return new CascadeError(code, `metadata database: ${e.message} (${e.code})`, { cause: e });
+}
+
+/** Every statement, prepared once per connection. */
+function prepareStatements(db: Database.Database) {
+  const listSql = (lower: '>=' | '>', bounded: boolean): string =>
+    `SELECT name FROM names WHERE name ${lower} ?${bounded ? ' AND name < ?' : ''} ORDER BY name LIMIT ?`;
+  return {
+    current: db.prepare<[string], VersionRow>(`SELECT ${VERSION_COLUMNS} FROM versions WHERE name = ? ORDER BY version DESC LIMIT 1`),
+    version: db.prepare<[string, number], VersionRow>(`SELECT ${VERSION_COLUMNS} FROM versions WHERE name = ? AND version = ?`),
+    versionAt: db.prepare<[string, number], VersionRow>(
+      `SELECT ${VERSION_COLUMNS} FROM versions WHERE name = ? AND time_ms <= ? ORDER BY version DESC LIMIT 1`,
+    ),
+    versions: db.prepare<[string], VersionRow>(`SELECT ${VERSION_COLUMNS} FROM versions WHERE name = ? ORDER BY version`),
+    // Retained versions past the newest `keep`: the ones a trim removes.
+    beyondKeep: db.prepare<[string, number], VersionRow>(
+      `SELECT ${VERSION_COLUMNS} FROM versions WHERE name = ? ORDER BY version DESC LIMIT -1 OFFSET ?`,
+    ),
+    bySha: db.prepare<[string], VersionRow>(`SELECT ${VERSION_COLUMNS} FROM versions WHERE sha = ?`),
+    insertVersion: db.prepare<[string, number, string, number, number]>(
+      'INSERT INTO versions (name, version, sha, size, time_ms) VALUES (?, ?, ?, ?, ?)',
+    ),
+    deleteVersion: db.prepare<[string, number]>('DELETE FROM versions WHERE name = ? AND version = ?'),
+    deleteVersions: db.prepare<[string]>('DELETE FROM versions WHERE name = ?'),
+
+    lastVersion: db.prepare<[string], number>('SELECT last_version FROM names WHERE name = ?').pluck(),
+    upsertName: db.prepare<[string, number]>(
+      'INSERT INTO names (name, last_version) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET last_version = excluded.last_version',
+    ),
+    deleteName: db.prepare<[string]>('DELETE FROM names WHERE name = ?'),
+    listFrom: db.prepare<[string, number], string>(listSql('>=', false)).pluck(),
+    listAfter: db.prepare<[string, number], string>(listSql('>', false)).pluck(),
+    listFromBounded: db.prepare<[string, string, number], string>(listSql('>=', true)).pluck(),
+    listAfterBounded: db.prepare<[string, string, number], string>(listSql('>', true)).pluck(),
+
+    block: db.prepare<[string], BlockRow>('SELECT sha, size, refs, pinned FROM blocks WHERE sha = ?'),
+    blocks: db.prepare<[], BlockRow>('SELECT sha, size, refs, pinned FROM blocks ORDER BY sha'),
+    insertBlock: db.prepare<[string, number]>('INSERT INTO blocks (sha, size, refs, pinned) VALUES (?, ?, 1, 0)'),
+    setRefs: db.prepare<[number, string]>('UPDATE blocks SET refs = ? WHERE sha = ?'),
+    setPinned: db.prepare<[number, string]>('UPDATE blocks SET pinned = ? WHERE sha = ?'),
+    deleteBlock: db.prepare<[string]>('DELETE FROM blocks WHERE sha = ?'),
+
+    countNames: db.prepare<[], number>('SELECT count(*) FROM names').pluck(),
+    versionTotals: db.prepare<[], { n: number; bytes: number }>('SELECT count(*) AS n, coalesce(sum(size), 0) AS bytes FROM versions'),
+    blockTotals: db.prepare<[], { n: number; bytes: number; pinned: number }>(
+      'SELECT count(*) AS n, coalesce(sum(size), 0) AS bytes, coalesce(sum(CASE WHEN pinned <> 0 THEN size ELSE 0 END), 0) AS pinned FROM blocks',
+    ),
+    bumpSyncCount: db.prepare("UPDATE meta SET value = value + 1 WHERE key = 'sync_count'"),
+  };
+}
+
+type Statements = ReturnType<typeof prepareStatements>;
+
+export class SqliteMeta implements MetaEngine {
+  readonly kind = 'sqlite';
+  private readonly db: Database.Database;
+  private closed = false;
+  /** A transaction committed since the last sync(). */
+  private dirty = false;
+  /** Kept here rather than aggregated per call (statfs asks often); recomputed from the tables at open. */
+  private counts: MetaTotals;
+
+  private readonly txn: Database.Transaction<(body: () => unknown) => unknown>;
+  private readonly stmt: Statements;
+
+  static open(path: string): SqliteMeta {
+    return new SqliteMeta(path);
+  }
+
+  constructor(path: string) {
+    let db: Database.Database | undefined;
+    try {
+      db = new Database(path, { timeout: BUSY_TIMEOUT_MS });
+      // Exclusive first: it must be set before the first WAL access to avoid the -shm file.
+      db.pragma('locking_mode = EXCLUSIVE');
+      const mode = db.pragma('journal_mode = WAL', { simple: true });
+      if (mode !== 'wal' && path !== ':memory:') throw new CascadeError('EIO', `could not enable WAL on ${path} (got ${String(mode)})`);
+      db.pragma('synchronous = NORMAL');
+      const database = db;
+      database.transaction(() => SqliteMeta.migrate(database, path)).immediate();
+      this.db = db;
+      this.txn = db.transaction((body: () => unknown) => body());
+      this.stmt = prepareStatements(db);
+      this.counts = this.recount();
+    } catch (e) {
+      db?.close();
+      throw mapError(e);
+    }
+  }
+
+  /** Creates the schema in an empty database, accepts the current one, refuses anything else. */
+  private static migrate(db: Database.Database, path: string): void {
+    db.exec('CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID');
+    const found = db.prepare<[], { value: unknown }>("SELECT value FROM meta WHERE key = 'schema_version'").get();
+    if (found === undefined) {
+      const others = db.prepare<[], { n: number }>("SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name <> 'meta'").get();
+      if ((others?.n ?? 0) > 0) throw new CascadeError('EINVAL', `${path} is not a Cascade metadata database`);
+      db.exec(SCHEMA);
+      db.prepare("INSERT INTO meta (key, value) VALUES ('schema_version', ?), ('sync_count', 0)").run(SCHEMA_VERSION);
+      return;
+    }
+    const version = found.value;
+    if (typeof version !== 'number' || !Number.isInteger(version)) {
+      throw new CascadeError('EINVAL', `${path}: unreadable schema version ${String(version)}`);
+    }
+    if (version > SCHEMA_VERSION) {
+      throw new CascadeError('EINVAL', `${path} has metadata schema ${version}, newer than ${SCHEMA_VERSION} of this build; upgrade Cascade`);
+    }
+    // No older schema has existed yet; a migration goes here when SCHEMA_VERSION is bumped.
+    if (version !== SCHEMA_VERSION) throw new CascadeError('EINVAL', `${path}: unknown metadata schema ${version}`);
+  }
+
+  async current(name: string): Promise<VersionRecord | undefined> {
+    return this.guard(() => {
+      checkName(name);
+      const row = this.stmt.current.get(name);
+      return row === undefined ? undefined : toVersion(row);
+    });
+  }
+
+  async version(name: string, version: number): Promise<VersionRecord | undefined> {
+    return this.guard(() => {
+      checkName(name);
+      const row = this.stmt.version.get(name, version);
+      return row === undefined ? undefined : toVersion(row);
+    });
+  }
+
+  async versionAt(name: string, timeMs: number): Promise<VersionRecord | undefined> {
+    return this.guard(() => {
+      checkName(name);
+      // timeMs never decreases along versions, so the newest with time_ms <= timeMs is the answer.
+      const row = this.stmt.versionAt.get(name, timeMs);
+      return row === undefined ? undefined : toVersion(row);
+    });
+  }
+
+  async versions(name: string): Promise<VersionRecord[]> {
+    return this.guard(() => {
+      checkName(name);
+      return this.stmt.versions.all(name).map(toVersion);
+    });
+  }
+
+  async commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number): Promise<CommitResult> {
+    return this.guard(() => {
+      checkCommitArgs(name, sha256, sizeBytes, timeMs, keepVersions);
+      return this.mutate((counts) => {
+        const released: string[] = [];
+        const version = this.addVersion(counts, name, sha256, sizeBytes, timeMs, keepVersions, released);
+        return { version, released };
+      });
+    });
+  }
+
+  async remove(name: string): Promise<{ released: string[] }> {
+    return this.guard(() => {
+      checkName(name);
+      return this.mutate((counts) => {
+        if (this.stmt.lastVersion.get(name) === undefined) throw new CascadeError('ENOENT', `no such name: ${name}`);
+        const released: string[] = [];
+        this.dropName(counts, name, released);
+        return { released };
+      });
+    });
+  }
+
+  async rename(from: string, to: string, timeMs: number, keepVersions: number): Promise<CommitResult> {
+    return this.guard(() => {
+      checkName(from, 'from');
+      checkName(to, 'to');
+      checkTimeMs(timeMs);
+      checkKeepVersions(keepVersions);
+      const readHead = (): VersionRow => {
+        const head = this.stmt.current.get(from);
+        if (head === undefined) throw new CascadeError('ENOENT', `no such name: ${from}`);
+        return head;
+      };
+      if (from === to) return { version: toVersion(readHead()), released: [] };
+      return this.mutate((counts) => {
+        const head = readHead();
+        const released: string[] = [];
+        // Add to `to` first: the moved content gains a reference before `from` drops its own.
+        const version = this.addVersion(counts, to, head.sha, head.size, timeMs, keepVersions, released);
+        this.dropName(counts, from, released);
+        return { version, released };
+      });
+    });
+  }
+
+  async list(prefix: string, options: ListOptions): Promise<string[]> {
+    return this.guard(() => {
+      checkListArgs(prefix, options);
+      const { after, limit } = options;
+      if (limit === 0) return [];
+      // A range scan on the primary key: [prefix, bound), or (after, bound) when the cursor is past prefix.
+      const exclusive = after !== undefined && compareNames(after, prefix) >= 0;
+      const lower = exclusive ? after : prefix;
+      const bound = prefixUpperBound(prefix);
+      if (bound === undefined) return (exclusive ? this.stmt.listAfter : this.stmt.listFrom).all(lower, limit);
+      return (exclusive ? this.stmt.listAfterBounded : this.stmt.listFromBounded).all(lower, bound, limit);
+    });
+  }
+
+  async block(sha256: string): Promise<BlockRecord | undefined> {
+    return this.guard(() => {
+      const row = this.stmt.block.get(sha256);
+      return row === undefined ? undefined : toBlock(row);
+    });
+  }
+
+  async setPinned(sha256: string, pinned: boolean): Promise<void> {
+    return this.guard(() =>
+      this.mutate((counts) => {
+        const row = this.stmt.block.get(sha256);
+        if (row === undefined) throw new CascadeError('ENOENT', `no such block: ${sha256}`);
+        if ((row.pinned !== 0) === pinned) return;
+        this.stmt.setPinned.run(pinned ? 1 : 0, sha256);
+        counts.pinnedBytes += pinned ? row.size : -row.size;
+      }),
+    );
+  }
+
+  async blocks(): Promise<BlockRecord[]> {
+    return this.guard(() => this.stmt.blocks.all().map(toBlock));
+  }
+
+  async forget(sha256: string): Promise<{ removedVersions: number }> {
+    return this.guard(() =>
+      this.mutate((counts) => {
+        const block = this.stmt.block.get(sha256);
+        const rows = this.stmt.bySha.all(sha256);
+        assert(rows.length === (block?.refs ?? 0), `block ${sha256} has refs ${block?.refs ?? 0} but ${rows.length} versions`);
+        for (const row of rows) {
+          this.stmt.deleteVersion.run(row.name, row.version);
+          counts.versions--;
+          counts.logicalBytes -= row.size;
+          // A name whose every version went no longer exists (its numbering restarts, as after remove).
+          if (this.stmt.current.get(row.name) === undefined && this.stmt.deleteName.run(row.name).changes > 0) counts.names--;
+        }
+        if (block !== undefined) this.deleteBlockRow(counts, block);
+        return { removedVersions: rows.length };
+      }),
+    );
+  }
+
+  async totals(): Promise<MetaTotals> {
+    return this.guard(() => ({ ...this.counts }));
+  }
+
+  /**
+   * Makes every committed transaction durable against power loss. With synchronous=NORMAL the WAL is
+   * fsynced only at checkpoints; committing one tiny transaction under synchronous=FULL fsyncs the WAL,
+   * and an fsync covers the whole file, so every earlier frame with it (frames already checkpointed were
+   * fsynced into the database file by that checkpoint). SQLite also fsyncs the directory the first time
+   * it syncs a new WAL, so the WAL's directory entry is durable too. This is cheaper than
+   * wal_checkpoint(FULL), which would copy the WAL into the database and fsync both.
+   */
+  async sync(): Promise<void> {
+    return this.guard(() => {
+      if (!this.dirty) return;
+      this.db.pragma('synchronous = FULL');
+      try {
+        this.stmt.bumpSyncCount.run();
+      } finally {
+        this.db.pragma('synchronous = NORMAL');
+      }
+      this.dirty = false;
+    });
+  }
+
+  /** Idempotent. Closing checkpoints the WAL into the database file (fsynced) and removes the WAL. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    try {
+      this.db.close();
+    } catch (e) {
+      throw mapError(e);
+    }
+  }
+
+  /** Closed check and error translation around every call. */
+  private guard<T>(body: () => T): T {
+    if (this.closed) throw closedError(this.kind);
+    try {
+      return body();
+    } catch (e) {
+      throw mapError(e);
+    }
+  }
+
+  /**
+   * Runs `body` as one transaction. It updates a copy of the totals, which replaces the kept totals only
+   * once the transaction has committed; a throw rolls back both.
+   */
+  private mutate<T>(body: (counts: MetaTotals) => T): T {
+    const counts = { ...this.counts };
+    const result = this.txn(() => body(counts)) as T;
+    this.counts = counts;
+    this.dirty = true;
+    return result;
+  }
+
+  private recount(): MetaTotals {
+    // Aggregates without GROUP BY always return one row.
+    const versions = this.stmt.versionTotals.get() ?? { n: 0, bytes: 0 };
+    const blocks = this.stmt.blockTotals.get() ?? { n: 0, bytes: 0, pinned: 0 };
+    return {
+      names: this.stmt.countNames.get() ?? 0,
+      versions: versions.n,
+      blocks: blocks.n,
+      uniqueBytes: blocks.bytes,
+      logicalBytes: versions.bytes,
+      pinnedBytes: blocks.pinned,
+    };
+  }
+
+  /** Inside a transaction: appends a version of `name` and trims it to keepVersions. */
+  private addVersion(
+    counts: MetaTotals,
+    name: string,
+    sha256: string,
+    sizeBytes: number,
+    timeMs: number,
+    keepVersions: number,
+    released: string[],
+  ): VersionRecord {
+    // Reference the content first, so content shared by old and new versions is never released.
+    const block = this.stmt.block.get(sha256);
+    if (block === undefined) {
+      this.stmt.insertBlock.run(sha256, sizeBytes);
+      counts.blocks++;
+      counts.uniqueBytes += sizeBytes;
+    } else {
+      assert(block.size === sizeBytes, `block ${sha256} committed with size ${sizeBytes}, known as ${block.size}`);
+      this.stmt.setRefs.run(block.refs + 1, sha256);
+    }
+
+    const lastVersion = this.stmt.lastVersion.get(name);
+    if (lastVersion === undefined) counts.names++;
+    const previous = this.stmt.current.get(name);
+    const record: VersionRecord = {
+      name,
+      version: (lastVersion ?? 0) + 1,
+      sha256,
+      sizeBytes,
+      timeMs: previous === undefined ? timeMs : Math.max(timeMs, previous.time_ms),
+    };
+    this.stmt.upsertName.run(name, record.version);
+    this.stmt.insertVersion.run(name, record.version, sha256, sizeBytes, record.timeMs);
+    counts.versions++;
+    counts.logicalBytes += sizeBytes;
+
+    for (const old of this.stmt.beyondKeep.all(name, keepVersions)) {
+      this.stmt.deleteVersion.run(name, old.version);
+      counts.versions--;
+      counts.logicalBytes -= old.size;
+      this.unref(counts, old.sha, released);
+    }
+    return record;
+  }
+
+  /** Inside a transaction: deletes an existing name and all its versions. */
+  private dropName(counts: MetaTotals, name: string, released: string[]): void {
+    const rows = this.stmt.versions.all(name);
+    this.stmt.deleteVersions.run(name);
+    this.stmt.deleteName.run(name);
+    counts.names--;
+    for (const row of rows) {
+      counts.versions--;
+      counts.logicalBytes -= row.size;
+      this.unref(counts, row.sha, released);
+    }
+  }
+
+  private unref(counts: MetaTotals, sha256: string, released: string[]): void {
+    const block = this.stmt.block.get(sha256);
+    assert(block !== undefined, `a retained version references ${sha256}, which has no block row`);
+    if (block.refs > 1) {
+      this.stmt.setRefs.run(block.refs - 1, sha256);
+      return;
+    }
+    this.deleteBlockRow(counts, block);
+    released.push(sha256);
+  }
+
+  private deleteBlockRow(counts: MetaTotals, block: BlockRow): void {
+    this.stmt.deleteBlock.run(block.sha);
+    counts.blocks--;
+    counts.uniqueBytes -= block.size;
+    if (block.pinned !== 0) counts.pinnedBytes -= block.size;
+  }
+}

@@ -1,0 +1,755 @@
+/**
+ * The Store: content-addressed, versioned, tiered. It owns the block index (which content is dirty,
+ * pinned, where it lives), the policies, the flusher that writes DRAM blocks back to disk, the mover
+ * that promotes blocks read from disk, and reclamation of content no retained version references.
+ *
+ * Write path: put -> SHA-256 -> (new content) DRAM, marked dirty and queued for the flusher; if DRAM has
+ * no room even after evicting clean blocks, straight to disk (a demotion) -> metadata commit.
+ * Read path: DRAM, else disk (single-flight, verified) and a promotion offered to the mover.
+ * Durability: the flusher writes dirty blocks and fdatasyncs; a block is evictable from DRAM only once
+ * its disk copy is durable, so a failed fsync loses nothing that DRAM still holds.
+ */
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import {
+  BLOCK_MAX_BYTES_DEFAULT,
+  DRAM_PAGE_BYTES_DEFAULT,
+  KEEP_VERSIONS_DEFAULT,
+  KEEP_VERSIONS_MAX,
+  LIST_PAGE_MAX,
+  MOVER_QUEUE_MAX_BYTES,
+  MOVER_QUEUE_MAX_JOBS,
+  PIN_QUOTA_FRACTION_DEFAULT,
+  PROMOTE_AFTER_READS_DEFAULT,
+} from './constants';
+import { assert, CascadeError, isCascadeError } from './errors';
+import type { MetaEngine, VersionRecord } from './meta';
+import { MemoryMeta } from './meta/memory';
+import { SqliteMeta } from './meta/sqlite';
+import { Mover } from './mover';
+import { validateName, validateSha256 } from './names';
+import { LruEviction } from './policy/lru';
+import type { EvictionPolicy, PromotionPolicy } from './policy/policy';
+import { ThresholdPromotion } from './policy/promotion';
+import { KeyedLock, SingleFlight } from './singleflight';
+import type { Tier, TierName, TierStats } from './tier';
+import { DiskSegmentTier, DiskSyncError } from './tiers/disk';
+import { ShmArenaTier } from './tiers/dram';
+
+export interface StoreConfig {
+  /** Directory for the disk tier's segments and the metadata database. */
+  dataDir: string;
+  /** DRAM tier capacity. */
+  dramCapacityBytes: number;
+  /** Disk tier capacity (default: unbounded; the filesystem's own limit applies). */
+  diskCapacityBytes?: number;
+  /** Sum of pinned block sizes allowed (default: half of DRAM). */
+  pinQuotaBytes?: number;
+  keepVersions?: number;
+  maxBlockBytes?: number;
+  /** Disk reads of a block before it is promoted to DRAM. */
+  promoteAfterReads?: number;
+  /** 'shm': shared-memory arena (default); 'memory': plain heap (tests, hosts without /dev/shm). */
+  dram?: 'shm' | 'memory';
+  shmDir?: string;
+  dramPageBytes?: number;
+  /** Pre-fault the shared-memory arena at open (default true). */
+  prefault?: boolean;
+  /** 'sqlite' (default, durable) or 'memory' (tests). */
+  meta?: 'sqlite' | 'memory';
+  segmentTargetBytes?: number;
+  /** Injection points for tests: replace a tier, the metadata engine or the clock. */
+  tiers?: { dram?: Tier; disk?: Tier };
+  metaEngine?: MetaEngine;
+  nowMs?: () => number;
+  /** Where warnings go (default: stderr). */
+  log?: (message: string) => void;
+}
+
+/** Which version of a name to read: the current one, a number, or the one current at a time. */
+export interface VersionSelector {
+  version?: number;
+  atMs?: number;
+}
+
+export interface BlockInfo extends VersionRecord {
+  tier: TierName | 'none';
+  pinned: boolean;
+}
+
+export interface StoreStats {
+  tiers: TierStats[];
+  hits: Record<string, number>;
+  misses: number;
+  evictions: number;
+  promotions: number;
+  promotionsRefused: number;
+  demotions: number;
+  flushedBlocks: number;
+  dirtyBlocks: number;
+  dedup: { hits: number; savedBytes: number; uniqueBytes: number; logicalBytes: number };
+  pinned: { blocks: number; bytes: number; quotaBytes: number };
+  names: number;
+  versions: number;
+  recovery: { lostVersions: number; orphanBlocksRemoved: number; quarantined: number };
+  diskSyncFailures: number;
+}
+
+/** Pause before the flusher retries after a disk error. */
+const FLUSH_RETRY_MS = 1000;
+
+function sha256Hex(data: Uint8Array): string {
+  return crypto.createHash('sha256').update(data).digest('hex');
+}
+
+export class Store {
+  readonly keepVersions: number;
+  readonly maxBlockBytes: number;
+  readonly pinQuotaBytes: number;
+
+  private readonly eviction: EvictionPolicy = new LruEviction();
+  private readonly promotion: PromotionPolicy;
+  private readonly loads = new SingleFlight<Buffer>();
+  private readonly flushes = new SingleFlight<void>();
+  private readonly locks = new KeyedLock();
+  private readonly mover: Mover;
+
+  /** In DRAM, not yet written to disk, in the order they arrived (key -> size). */
+  private readonly dirty = new Map<string, number>();
+  /** Disk bytes the dirty blocks will take (admission keeps this within the disk's free space). */
+  private dirtyDiskBytes = 0;
+  /** Written to disk, not yet fdatasynced. */
+  private readonly unsynced = new Set<string>();
+  private readonly pinned = new Map<string, number>();
+  private pinnedBytes = 0;
+  private flusher: Promise<void> | undefined;
+  private flushRetry: NodeJS.Timeout | undefined;
+  private closing = false;
+  private closed = false;
+
+  private readonly counters = {
+    hits: { dram: 0, disk: 0 } as Record<string, number>,
+    misses: 0,
+    evictions: 0,
+    promotions: 0,
+    demotions: 0,
+    flushedBlocks: 0,
+    dedupHits: 0,
+    dedupSavedBytes: 0,
+    lostVersions: 0,
+    orphanBlocksRemoved: 0,
+    diskSyncFailures: 0,
+  };
+
+  private constructor(
+    readonly dram: Tier,
+    readonly disk: Tier,
+    readonly meta: MetaEngine,
+    private readonly config: StoreConfig,
+  ) {
+    this.keepVersions = config.keepVersions ?? KEEP_VERSIONS_DEFAULT;
+    this.maxBlockBytes = config.maxBlockBytes ?? BLOCK_MAX_BYTES_DEFAULT;
+    this.pinQuotaBytes = config.pinQuotaBytes ?? Math.floor(dram.capacityBytes * PIN_QUOTA_FRACTION_DEFAULT);
+    this.promotion = new ThresholdPromotion(config.promoteAfterReads ?? PROMOTE_AFTER_READS_DEFAULT);
+    this.mover = new Mover(MOVER_QUEUE_MAX_JOBS, MOVER_QUEUE_MAX_BYTES, (e, job) =>
+      this.warn(`promotion of ${job.key} failed: ${String(e)}`),
+    );
+  }
+
+  static async open(config: StoreConfig): Promise<Store> {
+    validateConfig(config);
+    fs.mkdirSync(config.dataDir, { recursive: true });
+    const opened: { close(): Promise<void> }[] = [];
+    try {
+      const dram =
+        config.tiers?.dram ??
+        (config.dram === 'memory'
+          ? new (await import('./tiers/memory')).MemoryTier({ name: 'dram', capacityBytes: config.dramCapacityBytes })
+          : await ShmArenaTier.open({
+              capacityBytes: config.dramCapacityBytes,
+              pageBytes: config.dramPageBytes ?? DRAM_PAGE_BYTES_DEFAULT,
+              dir: config.shmDir,
+              prefault: config.prefault ?? true,
+            }));
+      opened.push(dram);
+      const disk =
+        config.tiers?.disk ??
+        (await DiskSegmentTier.open({
+          dir: config.dataDir,
+          capacityBytes: config.diskCapacityBytes,
+          segmentTargetBytes: config.segmentTargetBytes,
+        }));
+      opened.push(disk);
+      const meta =
+        config.metaEngine ??
+        (config.meta === 'memory' ? new MemoryMeta() : await SqliteMeta.open(path.join(config.dataDir, 'meta.sqlite')));
+      opened.push(meta);
+      const store = new Store(dram, disk, meta, config);
+      await store.reconcile();
+      return store;
+    } catch (e) {
+      for (const o of opened.reverse()) await o.close().catch(() => undefined);
+      throw e;
+    }
+  }
+
+  // ---- writes -------------------------------------------------------------------------------------
+
+  /** Commit `data` as a new version of `name`. After it returns the bytes are in memory and queued for disk. */
+  async put(name: string, data: Uint8Array): Promise<VersionRecord> {
+    this.checkOpen();
+    validateName(name);
+    if (!(data instanceof Uint8Array)) throw new CascadeError('EINVAL', 'data must be a Buffer or Uint8Array');
+    if (data.length > this.maxBlockBytes) {
+      throw new CascadeError('EINVAL', `block of ${data.length} bytes is over the ${this.maxBlockBytes}-byte limit`);
+    }
+    const sha = sha256Hex(data);
+    return this.commitContent(name, sha, data.length, () => this.ingest(sha, data));
+  }
+
+  /** Make `name` a new version with already-stored content `sha256`, with no data transfer. */
+  async link(name: string, sha256: string): Promise<VersionRecord> {
+    this.checkOpen();
+    validateName(name);
+    validateSha256(sha256);
+    const size = this.residentSize(sha256);
+    if (size === undefined) throw new CascadeError('ENOENT', `no stored content ${sha256}`);
+    return this.commitContent(name, sha256, size, () => {
+      throw new CascadeError('ENOENT', `content ${sha256} was reclaimed`);
+    });
+  }
+
+  /** Remove a name and its versions. EPERM while its current content is pinned. */
+  async delete(name: string): Promise<void> {
+    this.checkOpen();
+    validateName(name);
+    const cur = await this.meta.current(name);
+    if (!cur) throw new CascadeError('ENOENT', `no such name: ${name}`);
+    if (this.pinned.has(cur.sha256)) throw new CascadeError('EPERM', `${name} is pinned; unpin it first`);
+    const { released } = await this.meta.remove(name);
+    await this.reclaim(released);
+  }
+
+  /** Atomically make `from`'s current content the newest version of `to` and remove `from`. */
+  async rename(from: string, to: string): Promise<VersionRecord> {
+    this.checkOpen();
+    validateName(from);
+    validateName(to);
+    const { version, released } = await this.meta.rename(from, to, this.now(), this.keepVersions);
+    await this.reclaim(released);
+    return version;
+  }
+
+  /**
+   * Return only when the name's current content and metadata are durable: the block is written and
+   * fdatasynced, then the metadata committed durably.
+   */
+  async sync(name: string): Promise<VersionRecord> {
+    this.checkOpen();
+    validateName(name);
+    const cur = await this.meta.current(name);
+    if (!cur) throw new CascadeError('ENOENT', `no such name: ${name}`);
+    await this.makeDurable([cur.sha256]);
+    if (!this.disk.has(cur.sha256)) throw new CascadeError('EIO', `content of ${name} was lost by a failed fdatasync`);
+    await this.meta.sync();
+    return cur;
+  }
+
+  /** Everything durable: all dirty blocks written, disk synced, metadata synced. */
+  async syncAll(): Promise<void> {
+    this.checkOpen();
+    await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
+    await this.meta.sync();
+  }
+
+  // ---- pins ---------------------------------------------------------------------------------------
+
+  /** Pin the current content of `name` in DRAM. EDQUOT past the pin quota. */
+  async pin(name: string): Promise<void> {
+    this.checkOpen();
+    validateName(name);
+    const cur = await this.meta.current(name);
+    if (!cur) throw new CascadeError('ENOENT', `no such name: ${name}`);
+    await this.locks.with(cur.sha256, async () => {
+      if (this.pinned.has(cur.sha256)) return;
+      if (this.pinnedBytes + cur.sizeBytes > this.pinQuotaBytes) {
+        throw new CascadeError(
+          'EDQUOT',
+          `pinning ${cur.sizeBytes} bytes would exceed the pin quota (${this.pinnedBytes} of ${this.pinQuotaBytes} bytes pinned)`,
+        );
+      }
+      await this.ensureInDram(cur.sha256, cur.sizeBytes);
+      await this.meta.setPinned(cur.sha256, true);
+      this.pinned.set(cur.sha256, cur.sizeBytes);
+      this.pinnedBytes += cur.sizeBytes;
+    });
+  }
+
+  async unpin(name: string): Promise<void> {
+    this.checkOpen();
+    validateName(name);
+    const cur = await this.meta.current(name);
+    if (!cur) throw new CascadeError('ENOENT', `no such name: ${name}`);
+    await this.locks.with(cur.sha256, async () => {
+      const size = this.pinned.get(cur.sha256);
+      if (size === undefined) return;
+      await this.meta.setPinned(cur.sha256, false);
+      this.pinned.delete(cur.sha256);
+      this.pinnedBytes -= size;
+    });
+  }
+
+  // ---- reads --------------------------------------------------------------------------------------
+
+  async resolve(name: string, which: VersionSelector = {}): Promise<VersionRecord> {
+    this.checkOpen();
+    validateName(name);
+    let v: VersionRecord | undefined;
+    if (which.version !== undefined) {
+      if (!Number.isSafeInteger(which.version) || which.version < 1) throw new CascadeError('EINVAL', 'version must be an integer >= 1');
+      v = await this.meta.version(name, which.version);
+    } else if (which.atMs !== undefined) {
+      if (!Number.isFinite(which.atMs)) throw new CascadeError('EINVAL', 'atMs must be a finite number');
+      v = await this.meta.versionAt(name, which.atMs);
+    } else {
+      v = await this.meta.current(name);
+    }
+    if (!v) throw new CascadeError('ENOENT', `no such ${which.version !== undefined || which.atMs !== undefined ? 'version of ' : ''}name: ${name}`);
+    return v;
+  }
+
+  async stat(name: string, which: VersionSelector = {}): Promise<BlockInfo> {
+    const v = await this.resolve(name, which);
+    return { ...v, tier: this.tierOf(v.sha256), pinned: this.pinned.has(v.sha256) };
+  }
+
+  async versions(name: string): Promise<VersionRecord[]> {
+    this.checkOpen();
+    validateName(name);
+    return this.meta.versions(name);
+  }
+
+  /** Names under a prefix (e.g. `model/dir/`), paged. */
+  async list(prefix: string, options: { after?: string; limit?: number } = {}): Promise<string[]> {
+    this.checkOpen();
+    const limit = Math.min(options.limit ?? LIST_PAGE_MAX, LIST_PAGE_MAX);
+    return this.meta.list(prefix, { after: options.after, limit });
+  }
+
+  /** The whole block (a copy the caller owns). */
+  async get(name: string, which: VersionSelector = {}): Promise<Buffer> {
+    const v = await this.resolve(name, which);
+    const out = Buffer.allocUnsafe(v.sizeBytes);
+    const n = await this.readBlock(v.sha256, v.sizeBytes, 0, out);
+    assert(n === v.sizeBytes, 'whole-block read fills the block');
+    return out;
+  }
+
+  /** Fill `target` from `offsetBytes` of a version's content; returns the bytes filled (0 at or past the end). */
+  async read(name: string, offsetBytes: number, target: Uint8Array, which: VersionSelector = {}): Promise<number> {
+    const v = await this.resolve(name, which);
+    return this.readContent(v, offsetBytes, target);
+  }
+
+  /** Read from a resolved version (fs/ keeps the version an open handle saw). */
+  async readContent(v: VersionRecord, offsetBytes: number, target: Uint8Array): Promise<number> {
+    this.checkOpen();
+    if (!Number.isSafeInteger(offsetBytes) || offsetBytes < 0) throw new CascadeError('EINVAL', 'offset must be a non-negative integer');
+    return this.readBlock(v.sha256, v.sizeBytes, offsetBytes, target);
+  }
+
+  /** Load a name's current content into DRAM (no-op when it is there). */
+  async warmup(name: string): Promise<void> {
+    const v = await this.resolve(name);
+    await this.locks.with(v.sha256, () => this.ensureInDram(v.sha256, v.sizeBytes));
+  }
+
+  async stats(): Promise<StoreStats> {
+    this.checkOpen();
+    const t = await this.meta.totals();
+    const disk = this.disk as Partial<DiskSegmentTier>;
+    return {
+      tiers: [this.dram.stats(), this.disk.stats()],
+      hits: { ...this.counters.hits },
+      misses: this.counters.misses,
+      evictions: this.counters.evictions,
+      promotions: this.counters.promotions,
+      promotionsRefused: this.mover.refused,
+      demotions: this.counters.demotions,
+      flushedBlocks: this.counters.flushedBlocks,
+      dirtyBlocks: this.dirty.size,
+      dedup: {
+        hits: this.counters.dedupHits,
+        savedBytes: this.counters.dedupSavedBytes,
+        uniqueBytes: t.uniqueBytes,
+        logicalBytes: t.logicalBytes,
+      },
+      pinned: { blocks: this.pinned.size, bytes: this.pinnedBytes, quotaBytes: this.pinQuotaBytes },
+      names: t.names,
+      versions: t.versions,
+      recovery: {
+        lostVersions: this.counters.lostVersions,
+        orphanBlocksRemoved: this.counters.orphanBlocksRemoved,
+        quarantined: disk.recovery?.quarantined ?? 0,
+      },
+      diskSyncFailures: this.counters.diskSyncFailures,
+    };
+  }
+
+  /** Wait for background work (flusher and mover) to finish; for tests and benchmarks. */
+  async idle(): Promise<void> {
+    while (this.flusher || this.mover.pending() > 0) {
+      if (this.flusher) await this.flusher;
+      await this.mover.idle();
+    }
+  }
+
+  /** Persist everything (a clean close loses nothing) and release the tiers and the metadata engine. */
+  async close(): Promise<void> {
+    if (this.closed || this.closing) return;
+    this.closing = true;
+    clearTimeout(this.flushRetry);
+    try {
+      await this.mover.idle();
+      await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
+      await this.meta.sync();
+    } finally {
+      this.closed = true;
+      await this.dram.close();
+      await this.disk.close();
+      await this.meta.close();
+    }
+  }
+
+  // ---- internals: write path ------------------------------------------------------------------------
+
+  private async commitContent(name: string, sha: string, sizeBytes: number, ingest: () => Promise<void>): Promise<VersionRecord> {
+    // Under the content's lock, so reclamation of the same content cannot interleave.
+    const result = await this.locks.with(sha, async () => {
+      if (this.residentSize(sha) === undefined) {
+        await ingest();
+      } else {
+        this.counters.dedupHits++;
+        this.counters.dedupSavedBytes += sizeBytes;
+      }
+      return this.meta.commit(name, sha, sizeBytes, this.now(), this.keepVersions);
+    });
+    await this.reclaim(result.released);
+    return result.version;
+  }
+
+  private async ingest(sha: string, data: Uint8Array): Promise<void> {
+    // Accept only what can reach disk: the disk must hold this block on top of everything still dirty.
+    const diskNeed = this.disk.footprintBytes(data.length) + this.dirtyDiskBytes;
+    if (diskNeed > this.disk.freeBytes()) {
+      throw new CascadeError('ENOSPC', `disk tier has ${this.disk.freeBytes()} bytes free, ${diskNeed} needed`);
+    }
+    if (await this.makeRoom(this.dram.footprintBytes(data.length))) {
+      await this.dram.write(sha, data);
+      this.eviction.admitted(sha);
+      this.markDirty(sha, data.length);
+      this.kickFlusher();
+      return;
+    }
+    // DRAM is full of pinned or not-yet-durable blocks: write through to disk so nothing is lost.
+    await this.disk.write(sha, data);
+    this.unsynced.add(sha);
+    this.counters.demotions++;
+    this.kickFlusher();
+  }
+
+  private markDirty(key: string, sizeBytes: number): void {
+    if (this.dirty.has(key)) return;
+    this.dirty.set(key, sizeBytes);
+    this.dirtyDiskBytes += this.disk.footprintBytes(sizeBytes);
+  }
+
+  private clearDirty(key: string): void {
+    const size = this.dirty.get(key);
+    if (size === undefined) return;
+    this.dirty.delete(key);
+    this.dirtyDiskBytes -= this.disk.footprintBytes(size);
+  }
+
+  /** Evict clean, unpinned blocks until DRAM has `needBytes` free; false if it cannot. */
+  private async makeRoom(needBytes: number): Promise<boolean> {
+    if (needBytes > this.dram.capacityBytes) return false;
+    const short = needBytes - this.dram.freeBytes();
+    if (short <= 0) return true;
+    const victims = this.eviction.victims(
+      short,
+      (k) => this.dram.footprintBytes(this.dram.sizeOf(k) ?? 0),
+      (k) => this.dram.has(k) && this.evictable(k),
+    );
+    for (const key of victims) await this.evict(key);
+    return this.dram.freeBytes() >= needBytes;
+  }
+
+  private evictable(key: string): boolean {
+    return !this.pinned.has(key) && !this.dirty.has(key) && !this.unsynced.has(key) && this.disk.has(key);
+  }
+
+  private async evict(key: string): Promise<void> {
+    assert(this.evictable(key), `evicting ${key} loses no data`);
+    await this.dram.delete(key);
+    this.eviction.removed(key);
+    this.counters.evictions++;
+  }
+
+  // ---- internals: flusher ---------------------------------------------------------------------------
+
+  private kickFlusher(): void {
+    if (this.closed || this.flusher) return;
+    clearTimeout(this.flushRetry);
+    this.flushRetry = undefined;
+    this.flusher = this.flushLoop()
+      .catch((e) => {
+        // A failing disk is retried after a pause, not in a hot loop; put and sync kick it sooner.
+        this.warn(`flush failed: ${String(e)}`);
+        this.flushRetry = setTimeout(() => this.kickFlusher(), FLUSH_RETRY_MS).unref();
+      })
+      .finally(() => {
+        this.flusher = undefined;
+      });
+  }
+
+  /** Write dirty blocks to disk in arrival order, then fdatasync, until nothing is left. */
+  private async flushLoop(): Promise<void> {
+    await new Promise<void>((r) => setImmediate(r)); // let the put that queued work return first
+    while (!this.closed && (this.dirty.size > 0 || this.unsynced.size > 0)) {
+      for (const key of [...this.dirty.keys()]) await this.flushOne(key);
+      await this.syncDisk();
+    }
+  }
+
+  /**
+   * Write one dirty block to disk (merged with a concurrent flush of the same block), under the content
+   * lock so that reclamation of the block cannot interleave and leave an orphan on disk.
+   */
+  private flushOne(key: string): Promise<void> {
+    return this.flushes.do(key, () =>
+      this.locks.with(key, async () => {
+        const size = this.dirty.get(key);
+        if (size === undefined) return; // reclaimed or flushed meanwhile
+        const buf = Buffer.allocUnsafe(size);
+        const n = await this.dram.read(key, 0, buf);
+        assert(n === size, 'a dirty block is whole in DRAM');
+        await this.disk.write(key, buf);
+        this.clearDirty(key);
+        this.unsynced.add(key);
+        this.counters.flushedBlocks++;
+      }),
+    );
+  }
+
+  /** fdatasync the disk tier; blocks whose durability a failed sync could not confirm go back to dirty. */
+  private async syncDisk(): Promise<void> {
+    const covered = [...this.unsynced];
+    try {
+      await this.disk.sync();
+    } catch (e) {
+      if (!(e instanceof DiskSyncError)) throw e;
+      this.counters.diskSyncFailures++;
+      for (const key of e.lostKeys) {
+        this.unsynced.delete(key);
+        const size = this.dram.sizeOf(key);
+        if (size !== undefined) {
+          this.markDirty(key, size); // still in DRAM: write it again, to a new segment
+        } else {
+          this.warn(`block ${key} was lost by a failed fdatasync and is not in memory`);
+        }
+      }
+      throw e;
+    }
+    for (const key of covered) this.unsynced.delete(key);
+  }
+
+  /** Make these blocks durable on disk now, retrying once after a failed fsync (which moves them). */
+  private async makeDurable(keys: string[]): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        for (const key of keys) if (this.dirty.has(key)) await this.flushOne(key);
+        if (keys.some((k) => this.unsynced.has(k))) await this.syncDisk();
+        const notDurable = keys.filter((k) => this.dirty.has(k) || this.unsynced.has(k));
+        if (notDurable.length > 0 && attempt === 0) continue;
+        if (notDurable.length > 0) throw new CascadeError('EIO', `${notDurable.length} block(s) could not be made durable`);
+        return;
+      } catch (e) {
+        if (attempt > 0 || !(e instanceof DiskSyncError)) throw e;
+      }
+    }
+  }
+
+  // ---- internals: read path -------------------------------------------------------------------------
+
+  private async readBlock(sha: string, sizeBytes: number, offsetBytes: number, target: Uint8Array): Promise<number> {
+    if (offsetBytes >= sizeBytes || target.length === 0) return 0;
+    if (this.dram.has(sha)) {
+      try {
+        const n = await this.dram.read(sha, offsetBytes, target);
+        this.counters.hits.dram++;
+        this.eviction.accessed(sha);
+        return n;
+      } catch (e) {
+        if (!isCascadeError(e, 'ENOENT')) throw e; // evicted meanwhile: read from disk
+      }
+    }
+    if (!this.disk.has(sha)) {
+      this.counters.misses++;
+      throw new CascadeError('EIO', `content ${sha} is in no tier (lost after a failed fsync or a crash)`);
+    }
+    const whole = await this.loadFromDisk(sha, sizeBytes);
+    this.counters.hits.disk++;
+    const count = Math.min(target.length, sizeBytes - offsetBytes);
+    target.set(whole.subarray(offsetBytes, offsetBytes + count));
+    if (this.promotion.onSlowRead(sha)) this.offerPromotion(sha, whole);
+    return count;
+  }
+
+  /** One verified whole-block disk read, shared by all concurrent readers of the block. */
+  private loadFromDisk(sha: string, sizeBytes: number): Promise<Buffer> {
+    return this.loads.do(sha, async () => {
+      const buf = Buffer.allocUnsafe(sizeBytes);
+      const n = await this.disk.read(sha, 0, buf);
+      if (n !== sizeBytes) throw new CascadeError('ECORRUPT', `block ${sha}: ${n} of ${sizeBytes} bytes on disk`);
+      return buf;
+    });
+  }
+
+  private offerPromotion(sha: string, data: Buffer): void {
+    this.mover.offer({
+      key: sha,
+      sizeBytes: data.length,
+      run: () =>
+        this.locks.with(sha, async () => {
+          if (this.closed || this.dram.has(sha) || !this.disk.has(sha)) return;
+          if (!(await this.makeRoom(this.dram.footprintBytes(data.length)))) return;
+          await this.dram.write(sha, data);
+          this.eviction.admitted(sha);
+          this.counters.promotions++;
+        }),
+    });
+  }
+
+  private async ensureInDram(sha: string, sizeBytes: number): Promise<void> {
+    if (this.dram.has(sha)) return;
+    const data = await this.loadFromDisk(sha, sizeBytes);
+    if (!(await this.makeRoom(this.dram.footprintBytes(sizeBytes)))) {
+      // Room may be held by blocks waiting for the flusher: let it finish, then try once more.
+      await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
+      if (!(await this.makeRoom(this.dram.footprintBytes(sizeBytes)))) {
+        throw new CascadeError('ENOSPC', `no room in DRAM for ${sizeBytes} bytes (pinned: ${this.pinnedBytes})`);
+      }
+    }
+    await this.dram.write(sha, data);
+    this.eviction.admitted(sha);
+    this.counters.promotions++;
+  }
+
+  // ---- internals: reclamation and recovery ----------------------------------------------------------
+
+  /** Remove content whose last reference went away, unless something referenced it again meanwhile. */
+  private async reclaim(released: string[]): Promise<void> {
+    for (const sha of released) {
+      await this.locks.with(sha, async () => {
+        if (await this.meta.block(sha)) return;
+        await this.dropContent(sha);
+      });
+    }
+  }
+
+  private async dropContent(sha: string): Promise<void> {
+    const pinnedSize = this.pinned.get(sha);
+    if (pinnedSize !== undefined) {
+      this.pinned.delete(sha);
+      this.pinnedBytes -= pinnedSize;
+    }
+    this.clearDirty(sha);
+    this.unsynced.delete(sha);
+    this.promotion.forget(sha);
+    if (this.dram.has(sha)) {
+      await this.dram.delete(sha);
+      this.eviction.removed(sha);
+    }
+    await this.disk.delete(sha);
+  }
+
+  /**
+   * At open: metadata is the truth for what is referenced, the disk tier for what survived. Content
+   * referenced but not on disk was lost before it was flushed: its versions go (never served). Content on
+   * disk that nothing references is removed. Pinned content is loaded into DRAM.
+   */
+  private async reconcile(): Promise<void> {
+    const rows = await this.meta.blocks();
+    const referenced = new Set<string>();
+    for (const row of rows) {
+      if (!this.disk.has(row.sha256) && !this.dram.has(row.sha256)) {
+        const { removedVersions } = await this.meta.forget(row.sha256);
+        this.counters.lostVersions += removedVersions;
+        continue;
+      }
+      referenced.add(row.sha256);
+      if (row.pinned) {
+        this.pinned.set(row.sha256, row.sizeBytes);
+        this.pinnedBytes += row.sizeBytes;
+      }
+    }
+    for (const { key } of this.disk.scan()) {
+      if (referenced.has(key)) continue;
+      await this.disk.delete(key);
+      this.counters.orphanBlocksRemoved++;
+    }
+    for (const { key } of this.dram.scan()) {
+      if (referenced.has(key)) this.eviction.admitted(key);
+      else await this.dram.delete(key);
+    }
+    if (this.counters.lostVersions > 0) {
+      this.warn(`recovery: ${this.counters.lostVersions} version(s) whose content never reached disk were dropped`);
+    }
+    for (const [sha, size] of this.pinned) await this.ensureInDram(sha, size);
+  }
+
+  // ---- small helpers --------------------------------------------------------------------------------
+
+  private residentSize(sha: string): number | undefined {
+    return this.dram.sizeOf(sha) ?? this.disk.sizeOf(sha);
+  }
+
+  private tierOf(sha: string): TierName | 'none' {
+    if (this.dram.has(sha)) return this.dram.name;
+    if (this.disk.has(sha)) return this.disk.name;
+    return 'none';
+  }
+
+  private now(): number {
+    return this.config.nowMs ? this.config.nowMs() : Date.now();
+  }
+
+  private checkOpen(): void {
+    if (this.closed || this.closing) throw new CascadeError('EBUSY', 'store is closed');
+  }
+
+  private warn(message: string): void {
+    (this.config.log ?? ((m: string) => process.stderr.write(`cascade: ${m}\n`)))(message);
+  }
+}
+
+function validateConfig(c: StoreConfig): void {
+  if (!c || typeof c.dataDir !== 'string' || c.dataDir.length === 0) throw new CascadeError('EINVAL', 'dataDir is required');
+  const nonNegInt = (v: unknown, what: string) => {
+    if (v !== undefined && !(Number.isSafeInteger(v) && (v as number) >= 0)) {
+      throw new CascadeError('EINVAL', `${what} must be a non-negative integer`);
+    }
+  };
+  nonNegInt(c.dramCapacityBytes, 'dramCapacityBytes');
+  if (c.dramCapacityBytes === undefined && !c.tiers?.dram) throw new CascadeError('EINVAL', 'dramCapacityBytes is required');
+  nonNegInt(c.pinQuotaBytes, 'pinQuotaBytes');
+  nonNegInt(c.maxBlockBytes, 'maxBlockBytes');
+  if (c.diskCapacityBytes !== undefined && !(c.diskCapacityBytes >= 0)) throw new CascadeError('EINVAL', 'diskCapacityBytes must be >= 0');
+  if (c.keepVersions !== undefined && !(Number.isInteger(c.keepVersions) && c.keepVersions >= 1 && c.keepVersions <= KEEP_VERSIONS_MAX)) {
+    throw new CascadeError('EINVAL', `keepVersions must be an integer in [1, ${KEEP_VERSIONS_MAX}]`);
+  }
+  if (c.dram !== undefined && c.dram !== 'shm' && c.dram !== 'memory') throw new CascadeError('EINVAL', "dram must be 'shm' or 'memory'");
+  if (c.meta !== undefined && c.meta !== 'sqlite' && c.meta !== 'memory') throw new CascadeError('EINVAL', "meta must be 'sqlite' or 'memory'");
+}

@@ -1,0 +1,58 @@
+/**
+ * A Tier stores bytes under a content key (hex SHA-256) and nothing else: no policy, no names, no
+ * versions. The Store decides what lives where. Every implementation passes test/store/tier-conformance.
+ */
+export type TierName = 'gpu' | 'dram' | 'remote' | 'disk' | 'memory';
+
+export interface TierEntry {
+  key: string;
+  sizeBytes: number;
+}
+
+export interface TierStats {
+  name: TierName;
+  capacityBytes: number;
+  /** Footprint of live blocks (may exceed the sum of sizes: pages, headers); dead bytes not included. */
+  usedBytes: number;
+  blocks: number;
+}
+
+export interface Tier {
+  readonly name: TierName;
+  /** Bytes this tier may hold at most (Infinity where unbounded). */
+  readonly capacityBytes: number;
+  /** Whether this tier keeps bytes across a restart (disk: yes; memory tiers: no). */
+  readonly persistent: boolean;
+  /**
+   * Whether delete() frees room at once. A log-structured tier (disk) frees it later, by compaction;
+   * it still drops a segment as soon as nothing live is left in it, so an emptied tier has its room back.
+   */
+  readonly reclaimsOnDelete: boolean;
+
+  has(key: string): boolean;
+  /** Size of the block, or undefined when absent. */
+  sizeOf(key: string): number | undefined;
+  /** Bytes a block of this size would take here (for admission decisions before writing). */
+  footprintBytes(sizeBytes: number): number;
+  /** Free bytes for new blocks right now. */
+  freeBytes(): number;
+
+  /**
+   * Store `data` under `key`. Writing a key that is present is a no-op (content addressing).
+   * Throws CascadeError('ENOSPC') when there is no room; nothing half-written stays visible.
+   */
+  write(key: string, data: Uint8Array): Promise<void>;
+  /**
+   * Fill `target` with bytes [offsetBytes, offsetBytes + target.length) of the block, clipped at its
+   * end; returns the count filled. ENOENT when absent, ECORRUPT when stored bytes fail their check.
+   */
+  read(key: string, offsetBytes: number, target: Uint8Array): Promise<number>;
+  /** Remove a block. Removing an absent key is a no-op. */
+  delete(key: string): Promise<void>;
+  /** Every block present. */
+  scan(): TierEntry[];
+  /** Make every write so far durable (no-op for memory tiers). */
+  sync(): Promise<void>;
+  stats(): TierStats;
+  close(): Promise<void>;
+}

@@ -1,0 +1,703 @@
+/**
+ * The disk tier: blocks appended to large segment files, never one file per block (a parallel
+ * filesystem's metadata server suffers from millions of small files). Each record is self-describing:
+ *
+ *   [header, padded to RECORD_ALIGN_BYTES][payload, padded to RECORD_ALIGN_BYTES]
+ *   header = magic u32 | format u8 | kind u8 | reserved u16 | payload length u64 | sha256 [32] |
+ *            reserved [12] | crc32 of the preceding 60 bytes u32
+ *
+ * Records start on 4 KiB boundaries, so a scan can resynchronise after damage and payloads suit O_DIRECT.
+ * Sealed segments are read-only and carry an index file (`seg-N.idx`) so that open does not read them.
+ * On open, records past the last indexed one are scanned and re-indexed if their SHA-256 matches; a torn
+ * tail is truncated; a damaged record in the middle is quarantined (logged, never served). Every read
+ * checks the record header and the payload's SHA-256. After an fdatasync error a segment is sealed and
+ * never synced again: the keys whose durability it could not confirm are dropped from the index and
+ * reported, so the caller can write them elsewhere.
+ */
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { crc32 } from 'node:zlib';
+import {
+  COMPACT_DEAD_FRACTION_DEFAULT,
+  GiB,
+  RECORD_ALIGN_BYTES,
+  RECORD_HEADER_BYTES,
+  SEGMENT_TARGET_BYTES_DEFAULT,
+} from '../constants';
+import { assert, CascadeError } from '../errors';
+import type { Tier, TierEntry, TierStats } from '../tier';
+
+const RECORD_MAGIC = 0x31435343; // 'CSC1' little-endian
+const RECORD_FORMAT = 1;
+const RECORD_KIND_BLOCK = 1;
+const INDEX_MAGIC = 0x31495343; // 'CSI1'
+const INDEX_ENTRY_BYTES = 48; // sha256 [32] | record offset u64 | payload length u64
+/** Node's fs calls take at most 2 GiB - 1 bytes at once. */
+const IO_CHUNK_BYTES = 1 * GiB;
+
+/** The file operations that can fail in ways tests must reach (fault injection). */
+export interface DiskIo {
+  fdatasync(fd: number): Promise<void>;
+}
+
+const realIo: DiskIo = {
+  fdatasync: (fd) => new Promise((resolve, reject) => fs.fdatasync(fd, (e) => (e ? reject(e) : resolve()))),
+};
+
+export interface DiskTierOptions {
+  dir: string;
+  capacityBytes?: number;
+  segmentTargetBytes?: number;
+  compactDeadFraction?: number;
+  io?: DiskIo;
+  /** Called for every record skipped at open (damaged or torn); the tier also appends it to quarantine.log. */
+  onQuarantine?: (event: QuarantineEvent) => void;
+}
+
+export interface QuarantineEvent {
+  segment: string;
+  offsetBytes: number;
+  lengthBytes: number;
+  reason: string;
+}
+
+export interface DiskRecoveryReport {
+  segments: number;
+  indexedRecords: number;
+  scannedRecords: number;
+  truncatedBytes: number;
+  quarantined: number;
+}
+
+/** Durability of these keys could not be confirmed: they were dropped from the disk tier. */
+export class DiskSyncError extends CascadeError {
+  constructor(readonly lostKeys: string[], cause: unknown) {
+    super('EIO', `fdatasync failed; ${lostKeys.length} block(s) must be written again`, { cause });
+  }
+}
+
+interface Location {
+  segment: Segment;
+  offsetBytes: number; // record start
+  sizeBytes: number; // payload length
+}
+
+interface Segment {
+  id: number;
+  file: string;
+  fd: number;
+  endBytes: number; // next append position (file length)
+  sealed: boolean;
+  deadBytes: number;
+  /** Keys appended since the last successful fdatasync. */
+  unsynced: string[];
+  readers: number;
+  compacting: boolean;
+}
+
+export function recordBytes(sizeBytes: number): number {
+  return RECORD_ALIGN_BYTES + alignUp(sizeBytes);
+}
+
+function alignUp(n: number): number {
+  return Math.ceil(n / RECORD_ALIGN_BYTES) * RECORD_ALIGN_BYTES;
+}
+
+function encodeHeader(sha256: string, sizeBytes: number): Buffer {
+  const h = Buffer.alloc(RECORD_ALIGN_BYTES);
+  h.writeUInt32LE(RECORD_MAGIC, 0);
+  h.writeUInt8(RECORD_FORMAT, 4);
+  h.writeUInt8(RECORD_KIND_BLOCK, 5);
+  h.writeBigUInt64LE(BigInt(sizeBytes), 8);
+  h.write(sha256, 16, 32, 'hex');
+  h.writeUInt32LE(crc32(h.subarray(0, RECORD_HEADER_BYTES - 4)), RECORD_HEADER_BYTES - 4);
+  return h;
+}
+
+/** The header's key and length, or a reason it is not a valid header. */
+function decodeHeader(h: Buffer): { sha256: string; sizeBytes: number } | string {
+  if (h.length < RECORD_HEADER_BYTES) return 'short header';
+  if (h.readUInt32LE(0) !== RECORD_MAGIC) return 'bad magic';
+  if (h.readUInt32LE(RECORD_HEADER_BYTES - 4) !== crc32(h.subarray(0, RECORD_HEADER_BYTES - 4))) return 'bad header checksum';
+  if (h.readUInt8(4) !== RECORD_FORMAT || h.readUInt8(5) !== RECORD_KIND_BLOCK) return 'unknown record format';
+  const size = h.readBigUInt64LE(8);
+  if (size > BigInt(Number.MAX_SAFE_INTEGER)) return 'bad length';
+  return { sha256: h.toString('hex', 16, 48), sizeBytes: Number(size) };
+}
+
+function readFd(fd: number, buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {
+  return new Promise((resolve, reject) =>
+    fs.read(fd, buf, offset, length, position, (e, n) => (e ? reject(e) : resolve(n))),
+  );
+}
+
+async function readFully(fd: number, buf: Uint8Array, position: number): Promise<number> {
+  let done = 0;
+  while (done < buf.length) {
+    const n = await readFd(fd, buf, done, Math.min(buf.length - done, IO_CHUNK_BYTES), position + done);
+    if (n === 0) break;
+    done += n;
+  }
+  return done;
+}
+
+async function writeFully(fd: number, parts: Uint8Array[], position: number): Promise<void> {
+  let pos = position;
+  for (const part of parts) {
+    let done = 0;
+    while (done < part.length) {
+      const len = Math.min(part.length - done, IO_CHUNK_BYTES);
+      const n = await new Promise<number>((resolve, reject) =>
+        fs.write(fd, part, done, len, pos, (e, written) => (e ? reject(e) : resolve(written))),
+      );
+      done += n;
+      pos += n;
+    }
+  }
+}
+
+function sha256Hex(data: Uint8Array): string {
+  return crypto.createHash('sha256').update(data).digest('hex');
+}
+
+const SEGMENT_RE = /^seg-(\d{8})\.log$/;
+const segName = (id: number) => `seg-${String(id).padStart(8, '0')}`;
+
+export class DiskSegmentTier implements Tier {
+  readonly name = 'disk' as const;
+  readonly persistent = true;
+  readonly reclaimsOnDelete = false;
+  readonly capacityBytes: number;
+  readonly recovery: DiskRecoveryReport = { segments: 0, indexedRecords: 0, scannedRecords: 0, truncatedBytes: 0, quarantined: 0 };
+
+  private readonly index = new Map<string, Location>();
+  private readonly segments = new Map<number, Segment>();
+  private active: Segment | undefined;
+  private nextId = 1;
+  private fileBytes = 0; // sum of segment file lengths, dead records included
+  private liveBytes = 0; // sum of record sizes of indexed records
+  /** Appends, seals and compactions run one at a time, in order. */
+  private tail: Promise<unknown> = Promise.resolve();
+  private compactions = 0;
+  private closed = false;
+  private readonly segDir: string;
+  private readonly segmentTargetBytes: number;
+  private readonly compactDeadFraction: number;
+  private readonly io: DiskIo;
+  private readonly onQuarantine?: (event: QuarantineEvent) => void;
+
+  private constructor(private readonly options: DiskTierOptions) {
+    this.capacityBytes = options.capacityBytes ?? Infinity;
+    this.segmentTargetBytes = options.segmentTargetBytes ?? SEGMENT_TARGET_BYTES_DEFAULT;
+    this.compactDeadFraction = options.compactDeadFraction ?? COMPACT_DEAD_FRACTION_DEFAULT;
+    this.io = options.io ?? realIo;
+    this.onQuarantine = options.onQuarantine;
+    this.segDir = path.join(options.dir, 'segments');
+    if (!(this.capacityBytes >= 0)) throw new CascadeError('EINVAL', 'disk capacityBytes must be >= 0');
+    if (!Number.isInteger(this.segmentTargetBytes) || this.segmentTargetBytes < RECORD_ALIGN_BYTES) {
+      throw new CascadeError('EINVAL', `segmentTargetBytes must be an integer >= ${RECORD_ALIGN_BYTES}`);
+    }
+    if (!(this.compactDeadFraction > 0 && this.compactDeadFraction <= 1)) {
+      throw new CascadeError('EINVAL', 'compactDeadFraction must be in (0, 1]');
+    }
+  }
+
+  static async open(options: DiskTierOptions): Promise<DiskSegmentTier> {
+    const tier = new DiskSegmentTier(options);
+    await tier.recover();
+    return tier;
+  }
+
+  // ---- Tier ---------------------------------------------------------------------------------------
+
+  has(key: string): boolean {
+    return this.index.has(key);
+  }
+
+  sizeOf(key: string): number | undefined {
+    return this.index.get(key)?.sizeBytes;
+  }
+
+  footprintBytes(sizeBytes: number): number {
+    return recordBytes(sizeBytes);
+  }
+
+  freeBytes(): number {
+    return Math.max(0, this.capacityBytes - this.fileBytes);
+  }
+
+  write(key: string, data: Uint8Array): Promise<void> {
+    this.checkOpen();
+    return this.serial(async () => {
+      if (this.index.has(key)) return;
+      const need = recordBytes(data.length);
+      if (need > this.freeBytes()) await this.reclaimFor(need);
+      if (need > this.freeBytes()) {
+        throw new CascadeError('ENOSPC', `disk tier full: need ${need} bytes, ${this.freeBytes()} free`);
+      }
+      const seg = await this.activeFor(need);
+      const offset = seg.endBytes;
+      // Reserve before writing: a failed write leaves a hole that recovery skips, never a visible key.
+      seg.endBytes += need;
+      this.fileBytes += need;
+      const pad = alignUp(data.length) - data.length;
+      try {
+        await writeFully(seg.fd, pad > 0 ? [encodeHeader(key, data.length), data, Buffer.alloc(pad)] : [encodeHeader(key, data.length), data], offset);
+      } catch (e) {
+        // The file's state is unknown now: stop appending to it; what was synced before stays valid.
+        seg.deadBytes += need;
+        seg.sealed = true;
+        if (this.active === seg) this.active = undefined;
+        throw new CascadeError('EIO', `write to ${seg.file} failed`, { cause: e });
+      }
+      this.index.set(key, { segment: seg, offsetBytes: offset, sizeBytes: data.length });
+      this.liveBytes += need;
+      seg.unsynced.push(key);
+      if (seg.endBytes >= this.segmentTargetBytes) await this.seal(seg);
+    });
+  }
+
+  async read(key: string, offsetBytes: number, target: Uint8Array): Promise<number> {
+    this.checkOpen();
+    if (!Number.isSafeInteger(offsetBytes) || offsetBytes < 0) throw new CascadeError('EINVAL', 'offset must be a non-negative integer');
+    const loc = this.index.get(key);
+    if (!loc) throw new CascadeError('ENOENT', `block ${key} is not on disk`);
+    const { segment: seg, sizeBytes } = loc;
+    if (offsetBytes >= sizeBytes || target.length === 0) return 0;
+    seg.readers++;
+    try {
+      const header = Buffer.alloc(RECORD_HEADER_BYTES);
+      await readFully(seg.fd, header, loc.offsetBytes);
+      const h = decodeHeader(header);
+      if (typeof h === 'string' || h.sha256 !== key || h.sizeBytes !== sizeBytes) {
+        throw this.corrupt(key, loc, typeof h === 'string' ? h : 'header does not match the index');
+      }
+      // The payload's SHA-256 is its checksum, so a check needs the whole payload: read it all, into the
+      // caller's buffer when it covers the block (the store reads whole blocks), else into a scratch one.
+      const count = Math.min(target.length, sizeBytes - offsetBytes);
+      const whole = offsetBytes === 0 && count === sizeBytes ? target.subarray(0, sizeBytes) : Buffer.allocUnsafe(sizeBytes);
+      const n = await readFully(seg.fd, whole, loc.offsetBytes + RECORD_ALIGN_BYTES);
+      if (n !== sizeBytes) throw this.corrupt(key, loc, `short payload (${n} of ${sizeBytes} bytes)`);
+      if (sha256Hex(whole) !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
+      if (whole !== target.subarray(0, sizeBytes)) target.set(whole.subarray(offsetBytes, offsetBytes + count));
+      return count;
+    } finally {
+      seg.readers--;
+    }
+  }
+
+  delete(key: string): Promise<void> {
+    this.checkOpen();
+    const loc = this.index.get(key);
+    if (!loc) return Promise.resolve();
+    this.index.delete(key);
+    const bytes = recordBytes(loc.sizeBytes);
+    this.liveBytes -= bytes;
+    loc.segment.deadBytes += bytes;
+    const seg = loc.segment;
+    // A segment with nothing live left goes at once (no copying); a mostly dead sealed one is compacted.
+    const empty = seg.deadBytes >= seg.endBytes;
+    if (!seg.compacting && (empty || (seg.sealed && seg.deadBytes >= this.compactDeadFraction * seg.endBytes))) {
+      seg.compacting = true;
+      // Compaction runs in the background, in the append order; its failure leaves the segment as it was.
+      void this.serial(() => this.compact(seg)).catch(() => {
+        seg.compacting = false;
+      });
+    }
+    return Promise.resolve();
+  }
+
+  scan(): TierEntry[] {
+    return [...this.index].map(([key, loc]) => ({ key, sizeBytes: loc.sizeBytes }));
+  }
+
+  /**
+   * fdatasync every segment with unsynced appends. On failure the segment is sealed for good (its page
+   * cache state is unknown after a failed fsync, so a retry could lie), the keys it could not confirm
+   * leave the index, and DiskSyncError names them.
+   */
+  sync(): Promise<void> {
+    this.checkOpen();
+    return this.serial(async () => {
+      const lost: string[] = [];
+      let firstError: unknown;
+      for (const seg of this.segments.values()) {
+        const failed = await this.syncSegment(seg);
+        if (failed) {
+          firstError ??= failed.cause;
+          lost.push(...failed.lostKeys);
+        }
+      }
+      if (firstError !== undefined) throw new DiskSyncError(lost, firstError);
+    });
+  }
+
+  stats(): TierStats {
+    return { name: this.name, capacityBytes: this.capacityBytes, usedBytes: this.liveBytes, blocks: this.index.size };
+  }
+
+  /** Bytes in segment files that belong to no live record (compaction reclaims them). */
+  deadBytes(): number {
+    return this.fileBytes - this.liveBytes;
+  }
+
+  /** Bytes of segment files on disk, dead records included. */
+  segmentFileBytes(): number {
+    return this.fileBytes;
+  }
+
+  compactionCount(): number {
+    return this.compactions;
+  }
+
+  segmentCount(): number {
+    return this.segments.size;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.tail.catch(() => undefined);
+    this.closed = true;
+    // A clean close indexes the active segment too, so the next open reads no record twice.
+    for (const seg of this.segments.values()) {
+      if (!seg.sealed && seg.unsynced.length === 0) this.writeIndex(seg);
+      fs.closeSync(seg.fd);
+    }
+    this.segments.clear();
+    this.index.clear();
+  }
+
+  // ---- internals ----------------------------------------------------------------------------------
+
+  private checkOpen(): void {
+    if (this.closed) throw new CascadeError('EBUSY', 'disk tier is closed');
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.tail.then(fn, fn);
+    this.tail = run.catch(() => undefined);
+    return run;
+  }
+
+  private corrupt(key: string, loc: Location, reason: string): CascadeError {
+    this.quarantine({ segment: loc.segment.file, offsetBytes: loc.offsetBytes, lengthBytes: recordBytes(loc.sizeBytes), reason });
+    // Never serve it again; the store may still hold the block elsewhere.
+    if (this.index.get(key) === loc) {
+      this.index.delete(key);
+      this.liveBytes -= recordBytes(loc.sizeBytes);
+      loc.segment.deadBytes += recordBytes(loc.sizeBytes);
+    }
+    return new CascadeError('ECORRUPT', `block ${key} in ${path.basename(loc.segment.file)}@${loc.offsetBytes}: ${reason}`);
+  }
+
+  private quarantine(event: QuarantineEvent): void {
+    this.recovery.quarantined++;
+    try {
+      fs.appendFileSync(path.join(this.options.dir, 'quarantine.log'), JSON.stringify({ timeMs: Date.now(), ...event }) + '\n');
+    } catch {
+      // The log is advisory; the record is already out of the index.
+    }
+    this.onQuarantine?.(event);
+  }
+
+  private async activeFor(need: number): Promise<Segment> {
+    const a = this.active;
+    // A record larger than a segment gets a fresh segment of its own rather than a huge mixed one.
+    if (a && !a.sealed && (a.endBytes === 0 || a.endBytes + need <= this.segmentTargetBytes)) return a;
+    if (a && !a.sealed) await this.seal(a);
+    return this.newSegment();
+  }
+
+  private newSegment(): Segment {
+    const id = this.nextId++;
+    const file = path.join(this.segDir, `${segName(id)}.log`);
+    const fd = fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o600);
+    fsyncDir(this.segDir);
+    const seg: Segment = { id, file, fd, endBytes: 0, sealed: false, deadBytes: 0, unsynced: [], readers: 0, compacting: false };
+    this.segments.set(id, seg);
+    this.active = seg;
+    return seg;
+  }
+
+  /**
+   * fdatasync a segment with unsynced appends. On failure the segment is sealed for good, without an
+   * index (the next open rescans and verifies it): after a failed fsync the page cache state is unknown
+   * and a retry could falsely succeed. The keys it could not confirm leave the index and are returned.
+   */
+  private async syncSegment(seg: Segment): Promise<DiskSyncError | undefined> {
+    if (seg.unsynced.length === 0) return undefined;
+    const keys = seg.unsynced;
+    seg.unsynced = [];
+    try {
+      await this.io.fdatasync(seg.fd);
+      return undefined;
+    } catch (e) {
+      const lost: string[] = [];
+      for (const key of keys) {
+        const loc = this.index.get(key);
+        if (loc?.segment !== seg) continue;
+        this.index.delete(key);
+        const bytes = recordBytes(loc.sizeBytes);
+        this.liveBytes -= bytes;
+        seg.deadBytes += bytes;
+        lost.push(key);
+      }
+      seg.sealed = true;
+      if (this.active === seg) this.active = undefined;
+      return new DiskSyncError(lost, e);
+    }
+  }
+
+  /** Make the segment read-only: sync it and write its index. Throws DiskSyncError if the sync fails. */
+  private async seal(seg: Segment): Promise<void> {
+    if (seg.sealed) return;
+    const failed = await this.syncSegment(seg);
+    if (failed) throw failed;
+    seg.sealed = true;
+    if (this.active === seg) this.active = undefined;
+    this.writeIndex(seg);
+  }
+
+  private writeIndex(seg: Segment): void {
+    const entries = [...this.index].filter(([, loc]) => loc.segment === seg);
+    const buf = Buffer.alloc(16 + entries.length * INDEX_ENTRY_BYTES + 4);
+    buf.writeUInt32LE(INDEX_MAGIC, 0);
+    buf.writeUInt32LE(entries.length, 4);
+    buf.writeBigUInt64LE(BigInt(seg.endBytes), 8);
+    let o = 16;
+    for (const [key, loc] of entries) {
+      buf.write(key, o, 32, 'hex');
+      buf.writeBigUInt64LE(BigInt(loc.offsetBytes), o + 32);
+      buf.writeBigUInt64LE(BigInt(loc.sizeBytes), o + 40);
+      o += INDEX_ENTRY_BYTES;
+    }
+    buf.writeUInt32LE(crc32(buf.subarray(0, o)), o);
+    const file = path.join(this.segDir, `${segName(seg.id)}.idx`);
+    const tmp = `${file}.tmp`;
+    const fd = fs.openSync(tmp, 'w', 0o600);
+    try {
+      fs.writeSync(fd, buf);
+      fs.fdatasyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(tmp, file);
+    fsyncDir(this.segDir);
+  }
+
+  /** Entries of a valid index file and the segment length it covers, or undefined. */
+  private readIndex(id: number): { coveredBytes: number; entries: { key: string; offsetBytes: number; sizeBytes: number }[] } | undefined {
+    let buf: Buffer;
+    try {
+      buf = fs.readFileSync(path.join(this.segDir, `${segName(id)}.idx`));
+    } catch {
+      return undefined;
+    }
+    if (buf.length < 20 || buf.readUInt32LE(0) !== INDEX_MAGIC) return undefined;
+    const count = buf.readUInt32LE(4);
+    const end = 16 + count * INDEX_ENTRY_BYTES;
+    if (buf.length !== end + 4 || buf.readUInt32LE(end) !== crc32(buf.subarray(0, end))) return undefined;
+    const entries = [];
+    for (let o = 16; o < end; o += INDEX_ENTRY_BYTES) {
+      entries.push({ key: buf.toString('hex', o, o + 32), offsetBytes: Number(buf.readBigUInt64LE(o + 32)), sizeBytes: Number(buf.readBigUInt64LE(o + 40)) });
+    }
+    return { coveredBytes: Number(buf.readBigUInt64LE(8)), entries };
+  }
+
+  private async recover(): Promise<void> {
+    fs.mkdirSync(this.segDir, { recursive: true });
+    const ids = fs
+      .readdirSync(this.segDir)
+      .map((f) => SEGMENT_RE.exec(f))
+      .filter((m): m is RegExpExecArray => m !== null)
+      .map((m) => Number(m[1]))
+      .sort((a, b) => a - b);
+    for (const f of fs.readdirSync(this.segDir)) if (f.endsWith('.tmp')) fs.rmSync(path.join(this.segDir, f));
+    for (const id of ids) {
+      const file = path.join(this.segDir, `${segName(id)}.log`);
+      const fd = fs.openSync(file, fs.constants.O_RDWR);
+      const seg: Segment = { id, file, fd, endBytes: fs.fstatSync(fd).size, sealed: true, deadBytes: 0, unsynced: [], readers: 0, compacting: false };
+      this.segments.set(id, seg);
+      this.nextId = Math.max(this.nextId, id + 1);
+      const idx = this.readIndex(id);
+      let from = 0;
+      if (idx && idx.coveredBytes <= seg.endBytes) {
+        for (const e of idx.entries) this.adopt(e.key, seg, e.offsetBytes, e.sizeBytes);
+        this.recovery.indexedRecords += idx.entries.length;
+        from = idx.coveredBytes;
+      }
+      const complete = await this.scanSegment(seg, from);
+      // Account for everything in the file; adopt() counted live records, the rest is dead.
+      this.fileBytes += seg.endBytes;
+      seg.deadBytes = seg.endBytes - this.liveBytesOf(seg);
+      if (!complete || !idx || idx.coveredBytes !== seg.endBytes) {
+        seg.sealed = false; // appended past its index (or never indexed): the last one stays active
+      }
+      this.recovery.segments++;
+    }
+    // Only the newest segment accepts appends; older unindexed ones are sealed (and indexed) now.
+    const newest = ids.length > 0 ? this.segments.get(ids[ids.length - 1]) : undefined;
+    for (const seg of this.segments.values()) {
+      if (seg === newest && seg.endBytes < this.segmentTargetBytes) {
+        seg.sealed = false;
+        this.active = seg;
+      } else if (!seg.sealed) {
+        seg.sealed = true;
+        this.writeIndex(seg);
+      }
+    }
+  }
+
+  private liveBytesOf(seg: Segment): number {
+    let n = 0;
+    for (const loc of this.index.values()) if (loc.segment === seg) n += recordBytes(loc.sizeBytes);
+    return n;
+  }
+
+  private adopt(key: string, seg: Segment, offsetBytes: number, sizeBytes: number): void {
+    if (this.index.has(key)) return; // a copy left by an interrupted compaction: the first suffices
+    this.index.set(key, { segment: seg, offsetBytes, sizeBytes });
+    this.liveBytes += recordBytes(sizeBytes);
+  }
+
+  /**
+   * Re-index records from `fromBytes` to the end of the segment. A record is adopted only if its header
+   * and payload check out. Damage followed by a valid record is quarantined; damage with nothing valid
+   * after it is a torn tail and is truncated. Returns false if it truncated.
+   */
+  private async scanSegment(seg: Segment, fromBytes: number): Promise<boolean> {
+    let pos = fromBytes;
+    const header = Buffer.alloc(RECORD_HEADER_BYTES);
+    while (pos < seg.endBytes) {
+      const bad = await this.checkRecordAt(seg, pos, header);
+      if (typeof bad !== 'string') {
+        this.adopt(bad.sha256, seg, pos, bad.sizeBytes);
+        this.recovery.scannedRecords++;
+        pos += recordBytes(bad.sizeBytes);
+        continue;
+      }
+      const next = await this.nextValidRecord(seg, pos + RECORD_ALIGN_BYTES, header);
+      if (next === undefined) {
+        this.recovery.truncatedBytes += seg.endBytes - pos;
+        fs.ftruncateSync(seg.fd, pos);
+        fs.fdatasyncSync(seg.fd);
+        seg.endBytes = pos;
+        return false;
+      }
+      this.quarantine({ segment: seg.file, offsetBytes: pos, lengthBytes: next - pos, reason: bad });
+      pos = next;
+    }
+    return true;
+  }
+
+  private async checkRecordAt(seg: Segment, pos: number, header: Buffer): Promise<{ sha256: string; sizeBytes: number } | string> {
+    if ((await readFully(seg.fd, header, pos)) < RECORD_HEADER_BYTES) return 'short header';
+    const h = decodeHeader(header);
+    if (typeof h === 'string') return h;
+    if (pos + recordBytes(h.sizeBytes) > seg.endBytes) return 'record runs past the end of the segment';
+    const hash = crypto.createHash('sha256');
+    const chunk = Buffer.allocUnsafe(Math.min(h.sizeBytes, 8 * 1024 * 1024));
+    for (let done = 0; done < h.sizeBytes; ) {
+      const want = Math.min(chunk.length, h.sizeBytes - done);
+      const n = await readFully(seg.fd, chunk.subarray(0, want), pos + RECORD_ALIGN_BYTES + done);
+      if (n < want) return 'short payload';
+      hash.update(chunk.subarray(0, n));
+      done += n;
+    }
+    return hash.digest('hex') === h.sha256 ? h : 'payload SHA-256 mismatch';
+  }
+
+  private async nextValidRecord(seg: Segment, fromBytes: number, header: Buffer): Promise<number | undefined> {
+    for (let pos = fromBytes; pos + RECORD_HEADER_BYTES <= seg.endBytes; pos += RECORD_ALIGN_BYTES) {
+      if (typeof (await this.checkRecordAt(seg, pos, header)) !== 'string') return pos;
+    }
+    return undefined;
+  }
+
+  /**
+   * Out of room: compact the segments with the most dead bytes first, while their live records fit in
+   * what is free, until `needBytes` are free or nothing more can be reclaimed. Runs inside serial().
+   */
+  private async reclaimFor(needBytes: number): Promise<void> {
+    const candidates = [...this.segments.values()]
+      .filter((s) => s.deadBytes > 0 && !s.compacting)
+      .sort((a, b) => b.deadBytes - a.deadBytes);
+    for (const seg of candidates) {
+      if (this.freeBytes() >= needBytes) return;
+      if (seg.endBytes - seg.deadBytes > this.freeBytes()) continue; // its live records would not fit
+      seg.compacting = true;
+      try {
+        await this.compact(seg);
+      } finally {
+        seg.compacting = false;
+      }
+    }
+  }
+
+  /** Copy a segment's live records to the active segment, then remove the old file. Runs inside serial(). */
+  private async compact(seg: Segment): Promise<void> {
+    if (this.closed || !this.segments.has(seg.id)) return;
+    // Retire it from appends first (copies must land elsewhere); its live records get synced elsewhere.
+    if (this.active === seg) this.active = undefined;
+    seg.sealed = true;
+    const live = [...this.index].filter(([, loc]) => loc.segment === seg);
+    const moved = new Map<string, Location>();
+    for (const [key, loc] of live) {
+      const data = Buffer.allocUnsafe(loc.sizeBytes);
+      try {
+        await this.read(key, 0, data);
+      } catch {
+        continue; // corrupt: read() already quarantined and dropped it
+      }
+      if (this.index.get(key) !== loc) continue; // deleted meanwhile
+      const dest = await this.activeFor(recordBytes(loc.sizeBytes));
+      const offset = dest.endBytes;
+      const need = recordBytes(loc.sizeBytes);
+      dest.endBytes += need;
+      this.fileBytes += need;
+      const pad = alignUp(data.length) - data.length;
+      await writeFully(dest.fd, [encodeHeader(key, data.length), data, Buffer.alloc(pad)], offset);
+      this.index.set(key, { segment: dest, offsetBytes: offset, sizeBytes: loc.sizeBytes });
+      moved.set(key, loc);
+      dest.unsynced.push(key);
+      seg.deadBytes += need;
+      if (dest.endBytes >= this.segmentTargetBytes) await this.seal(dest);
+    }
+    // The copies must be durable before the originals go.
+    for (const s of this.segments.values()) {
+      if (s === seg) continue;
+      const failed = await this.syncSegment(s);
+      if (failed) {
+        // The originals are still good: point the unconfirmed copies back at them.
+        for (const key of failed.lostKeys) {
+          const orig = moved.get(key);
+          if (!orig) continue;
+          this.index.set(key, orig);
+          const bytes = recordBytes(orig.sizeBytes);
+          this.liveBytes += bytes;
+          seg.deadBytes -= bytes;
+        }
+        throw failed;
+      }
+    }
+    while (seg.readers > 0) await new Promise((r) => setTimeout(r, 1));
+    assert(![...this.index.values()].some((loc) => loc.segment === seg), 'compacted segment has no live record');
+    this.segments.delete(seg.id);
+    fs.closeSync(seg.fd);
+    fs.rmSync(path.join(this.segDir, `${segName(seg.id)}.idx`), { force: true });
+    fs.rmSync(seg.file);
+    fsyncDir(this.segDir);
+    this.fileBytes -= seg.endBytes;
+    this.compactions++;
+  }
+}
+
+function fsyncDir(dir: string): void {
+  const fd = fs.openSync(dir, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}

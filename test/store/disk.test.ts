@@ -1,0 +1,202 @@
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { RECORD_ALIGN_BYTES } from '../../store/constants';
+import { DiskSegmentTier, DiskSyncError, type DiskIo, type QuarantineEvent } from '../../store/tiers/disk';
+import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from './helpers';
+import { tierConformance } from './tier-conformance';
+
+const dirs: string[] = [];
+after(() => dirs.forEach(rmDir));
+
+tierConformance('DiskSegmentTier', async (capacityBytes) => {
+  const dir = tmpDir('disk-conf');
+  dirs.push(dir);
+  return DiskSegmentTier.open({ dir, capacityBytes, segmentTargetBytes: 1024 * 1024 });
+});
+
+function segFiles(dir: string): string[] {
+  return fs.readdirSync(path.join(dir, 'segments')).filter((f) => f.endsWith('.log')).sort();
+}
+
+async function fill(tier: DiskSegmentTier, count: number, sizeBytes: number, seed = 1): Promise<Map<string, Buffer>> {
+  const blocks = new Map<string, Buffer>();
+  for (let i = 0; i < count; i++) {
+    const data = seededBytes(seed * 1000 + i, sizeBytes + i);
+    const key = sha256(data);
+    await tier.write(key, data);
+    blocks.set(key, data);
+  }
+  return blocks;
+}
+
+async function readAll(tier: DiskSegmentTier, blocks: Map<string, Buffer>): Promise<void> {
+  for (const [key, data] of blocks) {
+    const out = Buffer.alloc(data.length);
+    assert.equal(await tier.read(key, 0, out), data.length);
+    assert.ok(out.equals(data), `block ${key} reads back exact`);
+  }
+}
+
+describe('DiskSegmentTier: segments and recovery', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = tmpDir('disk');
+    dirs.push(dir);
+  });
+
+  it('aggregates blocks into few segment files, indexes sealed ones, and finds everything after reopen', async () => {
+    const tier = await DiskSegmentTier.open({ dir, segmentTargetBytes: 256 * 1024 });
+    const blocks = await fill(tier, 40, 20_000);
+    await tier.sync();
+    assert.ok(segFiles(dir).length < 10, `40 blocks in ${segFiles(dir).length} segments, not one file each`);
+    await tier.close();
+
+    const again = await DiskSegmentTier.open({ dir, segmentTargetBytes: 256 * 1024 });
+    assert.equal(again.scan().length, 40);
+    assert.equal(again.recovery.indexedRecords, 40, 'a clean close indexed every record: nothing rescanned');
+    assert.equal(again.recovery.scannedRecords, 0);
+    await readAll(again, blocks);
+    await again.close();
+  });
+
+  it('re-indexes records past the last index after a crash (no close)', async () => {
+    const tier = await DiskSegmentTier.open({ dir, segmentTargetBytes: 64 * 1024 * 1024 });
+    const blocks = await fill(tier, 12, 5000);
+    await tier.sync();
+    // Simulate kill -9: no close, so the active segment has no index.
+    const again = await DiskSegmentTier.open({ dir });
+    assert.equal(again.recovery.scannedRecords, 12);
+    await readAll(again, blocks);
+    await again.close();
+    await tier.close();
+  });
+
+  it('truncates a torn tail and keeps appending after it', async () => {
+    const tier = await DiskSegmentTier.open({ dir });
+    const blocks = await fill(tier, 5, 10_000);
+    await tier.sync();
+    const file = path.join(dir, 'segments', segFiles(dir)[0]);
+    const goodLength = fs.statSync(file).size;
+    const big = seededBytes(99, 1024 * 1024);
+    await tier.write(sha256(big), big);
+    // Cut the last record inside its payload: a write interrupted by a crash.
+    const tornLength = RECORD_ALIGN_BYTES + 100;
+    fs.truncateSync(file, goodLength + tornLength);
+
+    const again = await DiskSegmentTier.open({ dir });
+    assert.equal(again.recovery.truncatedBytes, tornLength);
+    assert.equal(fs.statSync(file).size, goodLength);
+    assert.equal(again.has(sha256(big)), false, 'the torn record is not served');
+    await readAll(again, blocks);
+    const more = await fill(again, 3, 7000, 2);
+    await again.sync();
+    await readAll(again, more);
+    await again.close();
+    await tier.close();
+  });
+
+  it('quarantines a damaged record in the middle and never serves it', async () => {
+    const events: QuarantineEvent[] = [];
+    const tier = await DiskSegmentTier.open({ dir });
+    const blocks = [...(await fill(tier, 4, 9000))];
+    await tier.sync();
+    const file = path.join(dir, 'segments', segFiles(dir)[0]);
+    // Flip one payload byte of the second record (record 0 spans header + 3 payload units).
+    const second = RECORD_ALIGN_BYTES + Math.ceil(9000 / RECORD_ALIGN_BYTES) * RECORD_ALIGN_BYTES;
+    const fd = fs.openSync(file, 'r+');
+    fs.writeSync(fd, Buffer.from([0xff ^ blocks[1][1][10]]), 0, 1, second + RECORD_ALIGN_BYTES + 10);
+    fs.closeSync(fd);
+
+    const again = await DiskSegmentTier.open({ dir, onQuarantine: (e) => events.push(e) });
+    assert.equal(again.recovery.quarantined, 1);
+    assert.equal(events.length, 1);
+    assert.match(events[0].reason, /SHA-256/);
+    assert.equal(again.has(blocks[1][0]), false);
+    await rejectsWith(() => again.read(blocks[1][0], 0, Buffer.alloc(10)), 'ENOENT');
+    await readAll(again, new Map([blocks[0], blocks[2], blocks[3]]));
+    assert.ok(fs.readFileSync(path.join(dir, 'quarantine.log'), 'utf8').includes('SHA-256'));
+    await again.close();
+    await tier.close();
+  });
+
+  it('checks every read: bytes damaged after indexing give ECORRUPT, never wrong bytes', async () => {
+    const tier = await DiskSegmentTier.open({ dir });
+    const [[key, data]] = [...(await fill(tier, 1, 50_000))];
+    await tier.sync();
+    const file = path.join(dir, 'segments', segFiles(dir)[0]);
+    const fd = fs.openSync(file, 'r+');
+    fs.writeSync(fd, Buffer.from([data[777] ^ 1]), 0, 1, RECORD_ALIGN_BYTES + 777);
+    fs.closeSync(fd);
+    await rejectsWith(() => tier.read(key, 0, Buffer.alloc(data.length)), 'ECORRUPT');
+    await rejectsWith(() => tier.read(key, 100, Buffer.alloc(10)), 'ENOENT'); // dropped after the failed check
+    assert.equal(tier.has(key), false);
+    await tier.close();
+  });
+
+  it('after an fdatasync error: reports the lost keys, never syncs that file again, writes elsewhere', async () => {
+    const failing = new Set<number>();
+    const synced: number[] = [];
+    let failNext = false;
+    const io: DiskIo = {
+      fdatasync: async (fd) => {
+        synced.push(fd);
+        if (failNext) {
+          failNext = false;
+          failing.add(fd);
+          throw Object.assign(new Error('EIO: injected'), { code: 'EIO' });
+        }
+      },
+    };
+    const tier = await DiskSegmentTier.open({ dir, io });
+    const first = await fill(tier, 2, 3000, 1);
+    await tier.sync();
+    const second = await fill(tier, 3, 3000, 2);
+    failNext = true;
+    let err: unknown;
+    await tier.sync().catch((e) => (err = e));
+    assert.ok(err instanceof DiskSyncError, 'sync reports the failure');
+    assert.deepEqual(new Set(err.lostKeys), new Set(second.keys()));
+    for (const k of second.keys()) assert.equal(tier.has(k), false, 'unconfirmed blocks leave the index');
+    await readAll(tier, first); // synced before the failure: still good
+
+    const third = await fill(tier, 2, 3000, 3);
+    const before = synced.length;
+    await tier.sync();
+    assert.ok(synced.slice(before).every((fd) => !failing.has(fd)), 'the failed file is never fsynced again');
+    assert.equal(segFiles(dir).length, 2, 'new writes went to a new segment');
+    await readAll(tier, third);
+    await tier.close();
+  });
+
+  it('compacts sealed segments once most of their bytes are dead', async () => {
+    const tier = await DiskSegmentTier.open({ dir, segmentTargetBytes: 128 * 1024 });
+    const blocks = await fill(tier, 60, 12_000);
+    await tier.sync();
+    const segmentsBefore = segFiles(dir).length;
+    const keys = [...blocks.keys()];
+    const keep = new Map<string, Buffer>();
+    for (let i = 0; i < keys.length; i++) {
+      if (i % 5 === 0) keep.set(keys[i], blocks.get(keys[i])!);
+      else await tier.delete(keys[i]);
+    }
+    await tier.sync(); // runs after queued compactions
+    assert.ok(tier.compactionCount() > 0, 'compaction ran');
+    assert.ok(segFiles(dir).length < segmentsBefore, `${segFiles(dir).length} segments left of ${segmentsBefore}`);
+    await readAll(tier, keep);
+    await tier.close();
+    const again = await DiskSegmentTier.open({ dir, segmentTargetBytes: 128 * 1024 });
+    assert.equal(again.scan().length, keep.size);
+    await readAll(again, keep);
+    await again.close();
+  });
+
+  it('ENOSPC past its capacity, with nothing visible', async () => {
+    const tier = await DiskSegmentTier.open({ dir, capacityBytes: 64 * 1024 });
+    const data = seededBytes(5, 100_000);
+    await rejectsWith(() => tier.write(sha256(data), data), 'ENOSPC');
+    assert.equal(tier.has(sha256(data)), false);
+    assert.equal(tier.stats().usedBytes, 0);
+    await tier.close();
+  });
+});

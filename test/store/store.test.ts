@@ -1,0 +1,298 @@
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { MiB, RECORD_ALIGN_BYTES } from '../../store/constants';
+import { Store, type StoreConfig } from '../../store/store';
+import type { Tier } from '../../store/tier';
+import { DiskSegmentTier, type DiskIo } from '../../store/tiers/disk';
+import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from './helpers';
+
+const dirs: string[] = [];
+after(() => dirs.forEach(rmDir));
+
+function newDir(): string {
+  const d = tmpDir('store');
+  dirs.push(d);
+  return d;
+}
+
+async function open(dataDir: string, extra: Partial<StoreConfig> = {}): Promise<Store> {
+  return Store.open({ dataDir, dramCapacityBytes: 64 * MiB, prefault: false, ...extra });
+}
+
+/** Counts whole-block reads that reach the wrapped tier. */
+function countingReads(tier: Tier): { tier: Tier; reads: () => number } {
+  let reads = 0;
+  const proxy = new Proxy(tier, {
+    get(target, prop, receiver) {
+      if (prop === 'read') {
+        return (key: string, off: number, buf: Uint8Array) => {
+          reads++;
+          return target.read(key, off, buf);
+        };
+      }
+      const v = Reflect.get(target, prop, receiver);
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+  return { tier: proxy, reads: () => reads };
+}
+
+describe('Store', function () {
+  this.timeout(120_000);
+
+  it('retention: 200 unique 1 MiB blocks through 50 MiB of DRAM all read back exact, DRAM within bound', async () => {
+    const dir = newDir();
+    const store = await open(dir, { dramCapacityBytes: 50 * MiB });
+    for (let i = 0; i < 200; i++) await store.put(`m/block-${i}`, seededBytes(i + 1, MiB));
+    for (let i = 0; i < 200; i++) {
+      const got = await store.get(`m/block-${i}`);
+      assert.ok(got.equals(seededBytes(i + 1, MiB)), `block ${i} byte-exact`);
+      const dram = store.dram.stats();
+      assert.ok(dram.usedBytes <= 50 * MiB, `DRAM ${dram.usedBytes} within 50 MiB`);
+    }
+    const s = await store.stats();
+    assert.ok(s.evictions > 0, 'DRAM evicted to make room');
+    assert.ok(s.hits.disk > 0, 'some reads came from disk');
+    assert.equal(s.tiers[1].blocks, 200, 'every block reached disk');
+    await store.close();
+  });
+
+  it('dedup: one 4 MiB content under 50 names is stored once per tier', async () => {
+    const store = await open(newDir());
+    const data = seededBytes(7, 4 * MiB);
+    const models = ['llama', 'mistral'];
+    for (let i = 0; i < 50; i++) await store.put(`${models[i % 2]}/sys/prompt-${i}`, data);
+    await store.idle();
+    const s = await store.stats();
+    assert.equal(s.tiers[0].blocks, 1, 'one copy in DRAM');
+    assert.equal(s.tiers[1].blocks, 1, 'one copy on disk');
+    assert.equal(s.dedup.hits, 49);
+    assert.equal(s.dedup.savedBytes, 49 * 4 * MiB);
+    assert.equal(s.dedup.uniqueBytes, 4 * MiB);
+    assert.equal(s.dedup.logicalBytes, 50 * 4 * MiB);
+    assert.ok((await store.get('mistral/sys/prompt-49')).equals(data));
+    await store.close();
+  });
+
+  it('versions by number and by time; trimming reclaims unreferenced content', async () => {
+    let clock = 1_000_000;
+    const store = await open(newDir(), { keepVersions: 3, nowMs: () => clock });
+    const contents = [1, 2, 3, 4, 5].map((i) => seededBytes(100 + i, 3000 + i));
+    for (const c of contents) {
+      await store.put('m/a/b', c);
+      clock += 1000;
+    }
+    const vs = await store.versions('m/a/b');
+    assert.deepEqual(vs.map((v) => v.version), [3, 4, 5]);
+    assert.ok((await store.get('m/a/b')).equals(contents[4]));
+    assert.ok((await store.get('m/a/b', { version: 3 })).equals(contents[2]));
+    assert.ok((await store.get('m/a/b', { atMs: 1_003_500 })).equals(contents[3]), 'version 4 was current at t+3.5s');
+    assert.ok((await store.get('m/a/b', { atMs: 1_002_000 })).equals(contents[2]), 'a commit is current from its own time');
+    await rejectsWith(() => store.get('m/a/b', { version: 1 }), 'ENOENT'); // trimmed
+    await rejectsWith(() => store.get('m/a/b', { version: 6 }), 'ENOENT');
+    await rejectsWith(() => store.get('m/a/b', { atMs: 999_999 }), 'ENOENT');
+    await store.idle();
+    const s = await store.stats();
+    assert.equal(s.tiers[0].blocks, 3, 'trimmed versions left DRAM');
+    assert.equal(s.tiers[1].blocks, 3, 'trimmed versions left disk');
+    await store.close();
+  });
+
+  it('restart: everything persisted is found again, with versions and pins', async () => {
+    const dir = newDir();
+    let store = await open(dir);
+    const blocks = Array.from({ length: 20 }, (_, i) => seededBytes(200 + i, 100_000 + i));
+    for (let i = 0; i < 20; i++) await store.put(`m/r/${i}`, blocks[i]);
+    await store.put('m/r/0', blocks[1]); // a second version
+    await store.pin('m/r/5');
+    await store.close();
+
+    store = await open(dir);
+    for (let i = 1; i < 20; i++) assert.ok((await store.get(`m/r/${i}`)).equals(blocks[i]), `m/r/${i}`);
+    assert.ok((await store.get('m/r/0', { version: 1 })).equals(blocks[0]));
+    assert.ok((await store.get('m/r/0')).equals(blocks[1]));
+    const info = await store.stat('m/r/5');
+    assert.equal(info.pinned, true);
+    assert.equal(info.tier, 'dram', 'a pinned block is loaded into DRAM at open');
+    assert.equal((await store.list('m/r/')).length, 20);
+    await store.close();
+  });
+
+  it('concurrent gets of one disk block cause one disk read (single-flight), then it is promoted', async () => {
+    const dir = newDir();
+    let store = await open(dir);
+    const data = seededBytes(9, 8 * MiB);
+    await store.put('m/hot', data);
+    await store.close();
+
+    const disk = countingReads(await DiskSegmentTier.open({ dir }));
+    store = await open(dir, { tiers: { disk: disk.tier } });
+    assert.equal((await store.stat('m/hot')).tier, 'disk', 'after restart the block is only on disk');
+    const results = await Promise.all(Array.from({ length: 16 }, () => store.get('m/hot')));
+    assert.equal(disk.reads(), 1, '16 concurrent readers, one disk read');
+    for (const r of results) assert.ok(r.equals(data));
+    await store.idle();
+    assert.equal((await store.stat('m/hot')).tier, 'dram', 'promoted by the mover after the read');
+    await store.get('m/hot');
+    assert.equal(disk.reads(), 1, 'later reads are DRAM hits');
+    await store.close();
+  });
+
+  it('promotion waits for the configured number of disk reads', async () => {
+    const dir = newDir();
+    let store = await open(dir);
+    await store.put('m/x', seededBytes(3, 100_000));
+    await store.close();
+    store = await open(dir, { promoteAfterReads: 3 });
+    for (let i = 1; i <= 3; i++) {
+      await store.get('m/x');
+      await store.idle();
+      assert.equal((await store.stat('m/x')).tier, i < 3 ? 'disk' : 'dram', `after ${i} reads`);
+    }
+    await store.close();
+  });
+
+  it('range reads return the right bytes from DRAM and from disk', async () => {
+    const dir = newDir();
+    let store = await open(dir);
+    const data = seededBytes(11, 3 * MiB + 17);
+    await store.put('m/range', data);
+    const check = async () => {
+      for (const [off, len] of [[0, 10], [MiB - 5, 128 * 1024], [3 * MiB, 100], [3 * MiB + 17, 10]]) {
+        const buf = Buffer.alloc(len);
+        const n = await store.read('m/range', off, buf);
+        const want = data.subarray(off, off + len);
+        assert.equal(n, want.length);
+        assert.ok(buf.subarray(0, n).equals(want), `range ${off}+${len}`);
+      }
+    };
+    await check();
+    await store.close();
+    store = await open(dir, { promoteAfterReads: 100 });
+    await check();
+    await store.close();
+  });
+
+  it('pins: quota enforced, pinned blocks survive DRAM pressure, unlink of a pinned name is refused', async () => {
+    const store = await open(newDir(), { dramCapacityBytes: 16 * MiB }); // quota: 8 MiB
+    await store.put('m/p1', seededBytes(1, 5 * MiB));
+    await store.put('m/p2', seededBytes(2, 4 * MiB));
+    await store.pin('m/p1');
+    await rejectsWith(() => store.pin('m/p2'), 'EDQUOT');
+    for (let i = 0; i < 20; i++) await store.put(`m/filler-${i}`, seededBytes(50 + i, MiB));
+    await store.idle();
+    assert.equal((await store.stat('m/p1')).tier, 'dram', 'pinned block never left DRAM');
+    await rejectsWith(() => store.delete('m/p1'), 'EPERM');
+    await store.unpin('m/p1');
+    await store.pin('m/p2');
+    await store.delete('m/p1');
+    await rejectsWith(() => store.get('m/p1'), 'ENOENT');
+    const s = await store.stats();
+    assert.equal(s.pinned.bytes, 4 * MiB);
+    await store.close();
+  });
+
+  it('bad input gets typed errors and changes nothing', async () => {
+    const dir = newDir();
+    const store = await open(dir, { dramCapacityBytes: 4 * MiB, diskCapacityBytes: 8 * MiB, maxBlockBytes: 16 * MiB });
+    await store.put('m/ok', seededBytes(1, 1000));
+    await rejectsWith(() => store.put('nomodel', Buffer.alloc(1)), 'EINVAL');
+    await rejectsWith(() => store.put('m//x', Buffer.alloc(1)), 'EINVAL');
+    await rejectsWith(() => store.put('m/../x', Buffer.alloc(1)), 'EINVAL');
+    await rejectsWith(() => store.put(`m/${'a'.repeat(256)}`, Buffer.alloc(1)), 'ENAMETOOLONG');
+    await store.put(`m/${'a'.repeat(255)}`, Buffer.alloc(1)); // exactly at the limit is fine
+    await rejectsWith(() => store.put('m/big', Buffer.alloc(17 * MiB)), 'EINVAL');
+    await rejectsWith(() => store.get('m/ok', { version: 2 }), 'ENOENT');
+    await rejectsWith(() => store.get('m/ok', { version: 0 }), 'EINVAL');
+    await rejectsWith(() => store.get('m/missing'), 'ENOENT');
+    await rejectsWith(() => store.link('m/l', 'f'.repeat(64)), 'ENOENT');
+    await rejectsWith(() => store.link('m/l', 'nothex'), 'EINVAL');
+    const before = await store.stats();
+    // Over capacity: 9 MiB fits neither DRAM (4 MiB) nor disk (8 MiB).
+    await rejectsWith(() => store.put('m/huge', seededBytes(3, 9 * MiB)), 'ENOSPC');
+    await rejectsWith(() => store.get('m/huge'), 'ENOENT');
+    const after = await store.stats();
+    assert.equal(after.versions, before.versions);
+    assert.equal(after.tiers[0].usedBytes, before.tiers[0].usedBytes, 'nothing half-written in DRAM');
+    await store.idle();
+    assert.equal(store.disk.stats().blocks, 2, 'nothing half-written on disk');
+    await store.close();
+    await rejectsWith(() => store.get('m/ok'), 'EBUSY');
+  });
+
+  it('link and rename are atomic and move no data', async () => {
+    const store = await open(newDir());
+    const data = seededBytes(4, 2 * MiB);
+    const v = await store.put('m/src', data);
+    await store.link('m/linked', v.sha256);
+    assert.ok((await store.get('m/linked')).equals(data));
+    await store.put('m/dst', seededBytes(5, 1000));
+    const r = await store.rename('m/src', 'm/dst');
+    assert.equal(r.version, 2, 'rename over an existing name adds a version there');
+    await rejectsWith(() => store.get('m/src'), 'ENOENT');
+    assert.ok((await store.get('m/dst')).equals(data));
+    await rejectsWith(() => store.rename('m/src', 'm/other'), 'ENOENT');
+    const s = await store.stats();
+    assert.equal(s.dedup.uniqueBytes, 2 * MiB + 1000);
+    await store.close();
+  });
+
+  it('write-through to disk when DRAM is full of pinned blocks (demotion), nothing lost', async () => {
+    const store = await open(newDir(), { dramCapacityBytes: 4 * MiB, pinQuotaBytes: 4 * MiB });
+    await store.put('m/pin', seededBytes(1, 4 * MiB - 64 * 1024));
+    await store.pin('m/pin');
+    for (let i = 0; i < 5; i++) await store.put(`m/w${i}`, seededBytes(10 + i, MiB));
+    const s = await store.stats();
+    assert.equal(s.demotions, 5);
+    for (let i = 0; i < 5; i++) assert.ok((await store.get(`m/w${i}`)).equals(seededBytes(10 + i, MiB)));
+    await store.close();
+  });
+
+  it('sync survives an fdatasync failure by writing the block again elsewhere', async () => {
+    const dir = newDir();
+    let failures = 1;
+    const io: DiskIo = {
+      fdatasync: (fd) =>
+        failures-- > 0
+          ? Promise.reject(Object.assign(new Error('injected EIO'), { code: 'EIO' }))
+          : new Promise((res, rej) => fs.fdatasync(fd, (e) => (e ? rej(e) : res()))),
+    };
+    const disk = await DiskSegmentTier.open({ dir, io });
+    let store = await open(dir, { tiers: { disk }, log: () => undefined });
+    const data = seededBytes(21, 700_000);
+    await store.put('m/durable', data);
+    await store.sync('m/durable');
+    assert.equal((await store.stats()).diskSyncFailures, 1);
+    await store.close();
+    store = await open(dir);
+    assert.ok((await store.get('m/durable')).equals(data));
+    await store.close();
+  });
+
+  it('never serves wrong bytes: a corrupted disk record gives ECORRUPT', async () => {
+    const dir = newDir();
+    let store = await open(dir);
+    const data = seededBytes(33, 200_000);
+    await store.put('m/c', data);
+    await store.close();
+    const seg = fs.readdirSync(path.join(dir, 'segments')).find((f) => f.endsWith('.log'))!;
+    const fd = fs.openSync(path.join(dir, 'segments', seg), 'r+');
+    fs.writeSync(fd, Buffer.from([data[5000] ^ 0x40]), 0, 1, RECORD_ALIGN_BYTES + 5000);
+    fs.closeSync(fd);
+    store = await open(dir, { log: () => undefined });
+    await rejectsWith(() => store.get('m/c'), 'ECORRUPT');
+    await rejectsWith(() => store.get('m/c'), 'EIO'); // quarantined: in no tier now
+    await store.close();
+  });
+
+  it('the shared-memory DRAM tier works end to end (pre-faulted arena)', async () => {
+    const store = await open(newDir(), { dram: 'shm', prefault: true, dramCapacityBytes: 8 * MiB });
+    const data = seededBytes(77, 3 * MiB);
+    await store.put('m/shm', data);
+    assert.equal((await store.stat('m/shm')).tier, 'dram');
+    assert.ok((await store.get('m/shm')).equals(data));
+    assert.equal(sha256(await store.get('m/shm')), (await store.stat('m/shm')).sha256);
+    await store.close();
+  });
+});
