@@ -43,8 +43,6 @@ export const MOVER_QUEUE_MAX_BYTES = 512 * MiB;
 export const PROMOTE_AFTER_READS_DEFAULT = 1;
 /** Entries tracked by the promotion counter (bounded LRU of read counts). */
 export const PROMOTION_TRACKED_MAX = 65536;
-/** Blocks the store tracks; the LRU order is bounded by this. */
-export const BLOCKS_MAX = 16 * 1024 * 1024;
 /** How many names a list call returns at most in one page. */
 export const LIST_PAGE_MAX = 100_000;
 

@@ -3,6 +3,7 @@
  * with pread/pwrite, carved into fixed-size pages by an extent allocator. A block is a list of extents,
  * so it need not be contiguous and free space never has to be compacted.
  */
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -27,6 +28,39 @@ export interface ShmArenaOptions {
   dir?: string;
   /** Touch the whole arena at open so that first-touch page faults stay off the write path. */
   prefault?: boolean;
+  /**
+   * Back the arena with 2 MiB pages: a private tmpfs mounted with huge=always (needs CAP_SYS_ADMIN).
+   * A 64 MiB pread from it runs ~2x faster than from /dev/shm's 4 KiB pages (fewer per-page steps in
+   * the kernel). 'auto' tries and falls back to `dir`; true fails if it cannot; false never tries.
+   */
+  hugePages?: boolean | 'auto';
+}
+
+/**
+ * Mount a private huge-page tmpfs, create the arena file in it, unlink it, and detach the mount lazily:
+ * the filesystem then lives exactly as long as the returned fd, so nothing is left mounted or leaked,
+ * even after SIGKILL. Throws when mounting is not permitted.
+ */
+function openHugeArenaFile(arenaBytes: number): { fd: number; dir: string } {
+  const mountDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-arena-'));
+  const sizeBytes = Math.max(HUGE_PAGE_BYTES, Math.ceil(arenaBytes / HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES);
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeBytes},huge=always,mode=0700`, 'cascade-arena', mountDir], {
+      stdio: 'pipe',
+    });
+  } catch (e) {
+    fs.rmdirSync(mountDir);
+    throw e;
+  }
+  try {
+    const file = path.join(mountDir, 'arena');
+    const fd = fs.openSync(file, 'wx+', 0o600);
+    fs.unlinkSync(file);
+    return { fd, dir: mountDir };
+  } finally {
+    execFileSync('umount', ['-l', mountDir], { stdio: 'pipe' });
+    fs.rmdirSync(mountDir);
+  }
 }
 
 /** Prefault writes zeros in chunks of this size (bounded scratch buffer). */
@@ -34,6 +68,7 @@ const PREFAULT_CHUNK_BYTES = 8 * MiB;
 /** One pread/pwrite moves at most this much (Linux caps a single call just under 2 GiB anyway). */
 const IO_CHUNK_MAX_BYTES = 1 * GiB;
 const OS_PAGE_BYTES = 4096;
+const HUGE_PAGE_BYTES = 2 * MiB;
 
 /**
  * Page allocator over [0, totalPages). Free space is a list of extents sorted by startPage, coalesced
@@ -170,7 +205,7 @@ export class ShmArenaTier implements Tier {
   private readonly allocator: ExtentAllocator;
   private readonly blocks = new Map<string, ArenaBlock>();
 
-  private constructor(fd: number, arenaDir: string, arenaPages: number, pageBytes: number) {
+  private constructor(fd: number, arenaDir: string, arenaPages: number, pageBytes: number, readonly hugePages: boolean) {
     this.fd = fd;
     this.arenaDir = arenaDir;
     this.pageBytes = pageBytes;
@@ -179,7 +214,7 @@ export class ShmArenaTier implements Tier {
   }
 
   static async open(options: ShmArenaOptions): Promise<ShmArenaTier> {
-    const { capacityBytes, pageBytes = DRAM_PAGE_BYTES_DEFAULT, dir = '/dev/shm', prefault = true } = options;
+    const { capacityBytes, pageBytes = DRAM_PAGE_BYTES_DEFAULT, dir = '/dev/shm', prefault = true, hugePages = false } = options;
     if (!Number.isSafeInteger(capacityBytes) || capacityBytes < 0) {
       throw new CascadeError('EINVAL', `dram tier: capacityBytes must be a non-negative integer, got ${capacityBytes}`);
     }
@@ -188,20 +223,29 @@ export class ShmArenaTier implements Tier {
     }
     const arenaPages = Math.floor(capacityBytes / pageBytes);
     const arenaBytes = arenaPages * pageBytes;
-    const arenaDir = fs.existsSync(dir) ? dir : os.tmpdir();
-    const file = path.join(arenaDir, `cascade-dram-${process.pid}-${randomBytes(8).toString('hex')}.arena`);
-
-    let fd: number;
-    try {
-      fd = fs.openSync(file, 'wx+', 0o600);
-    } catch (e) {
-      throw ioError(`dram tier: cannot create arena in ${arenaDir}`, e);
+    let arenaDir = fs.existsSync(dir) ? dir : os.tmpdir();
+    let fd: number | undefined;
+    if (hugePages !== false && arenaBytes > 0) {
+      try {
+        ({ fd, dir: arenaDir } = openHugeArenaFile(arenaBytes));
+      } catch (e) {
+        if (hugePages === true) throw ioError('dram tier: cannot mount a huge-page tmpfs (needs CAP_SYS_ADMIN)', e);
+      }
     }
-    try {
+    const huge = fd !== undefined;
+    if (fd === undefined) {
+      const file = path.join(arenaDir, `cascade-dram-${process.pid}-${randomBytes(8).toString('hex')}.arena`);
+      try {
+        fd = fs.openSync(file, 'wx+', 0o600);
+      } catch (e) {
+        throw ioError(`dram tier: cannot create arena in ${arenaDir}`, e);
+      }
       // Unlink at once and keep only the fd: the memory lives as long as the fd does, so a daemon that
       // is SIGKILLed leaks no shared memory (the kernel frees it when the fd is closed at exit).
       // Unlinking before sizing leaves no window in which a sized file sits in the directory.
       fs.unlinkSync(file);
+    }
+    try {
       fs.ftruncateSync(fd, arenaBytes);
       if (prefault && arenaBytes > 0) {
         // tmpfs allocates a page on its first write, and that first touch is slow (~1.1 GB/s). Paying it
@@ -215,7 +259,7 @@ export class ShmArenaTier implements Tier {
       fs.closeSync(fd);
       throw ioError(`dram tier: cannot set up a ${arenaBytes}-byte arena in ${arenaDir}`, e);
     }
-    return new ShmArenaTier(fd, arenaDir, arenaPages, pageBytes);
+    return new ShmArenaTier(fd, arenaDir, arenaPages, pageBytes, huge);
   }
 
   has(key: string): boolean {

@@ -1,4 +1,5 @@
 import * as assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -396,5 +397,30 @@ describe('ExtentAllocator', function () {
     ]);
     allocator.release(got);
     assert.throws(() => allocator.release(got), /double free/);
+  });
+});
+
+describe('ShmArenaTier: huge pages', () => {
+  it('backs the arena with a private huge-page tmpfs that leaves no mount behind', async function () {
+    if (process.getuid?.() !== 0) this.skip(); // mounting a tmpfs needs CAP_SYS_ADMIN
+    const tier = await ShmArenaTier.open({ capacityBytes: 8 * 1024 * 1024, hugePages: true, prefault: true });
+    try {
+      assert.equal(tier.hugePages, true);
+      assert.ok(!fs.readFileSync('/proc/mounts', 'utf8').includes('cascade-arena'), 'the mount is detached at once');
+      const data = Buffer.alloc(3 * 1024 * 1024 + 5, 0x5a);
+      const key = createHash('sha256').update(data).digest('hex');
+      await tier.write(key, data);
+      const out = Buffer.alloc(data.length);
+      assert.equal(await tier.read(key, 0, out), data.length);
+      assert.ok(out.equals(data));
+    } finally {
+      await tier.close();
+    }
+  });
+
+  it("'auto' falls back to the given directory when huge pages are off", async () => {
+    const tier = await ShmArenaTier.open({ capacityBytes: 1024 * 1024, hugePages: false });
+    assert.equal(tier.hugePages, false);
+    await tier.close();
   });
 });
