@@ -13,7 +13,18 @@ export type ErrorCode =
   | 'EPERM' // the operation is not allowed on this object (e.g. delete of a pinned block)
   | 'EBUSY' // the store is closing or the queue is full
   | 'EIO' // an I/O error (including a failed fsync)
-  | 'ECORRUPT'; // stored bytes failed their checksum; never served
+  | 'ECORRUPT' // stored bytes failed their checksum; never served
+  // Filesystem-layer codes (fs/):
+  | 'EISDIR'
+  | 'ENOTDIR'
+  | 'ENOTEMPTY'
+  | 'EBADF'
+  | 'ENODATA' // no such extended attribute
+  | 'EOPNOTSUPP' // unknown extended attribute, unsupported operation
+  | 'ERANGE' // the caller's buffer is too small
+  | 'EFBIG' // a file over the block size limit
+  | 'EACCES'
+  | 'EROFS'; // the virtual .cascade tree is read-only
 
 export class CascadeError extends Error {
   readonly code: ErrorCode;

@@ -127,6 +127,10 @@ export class Store {
   /** Written to disk, not yet fdatasynced. */
   private readonly unsynced = new Set<string>();
   private readonly pinned = new Map<string, number>();
+  /** Content held by open readers (sha -> count): reclamation waits until the last lease goes. */
+  private readonly leases = new Map<string, number>();
+  /** Content whose reclamation was deferred by a lease. */
+  private readonly deferredReclaim = new Set<string>();
   private pinnedBytes = 0;
   private flusher: Promise<void> | undefined;
   private flushRetry: NodeJS.Timeout | undefined;
@@ -203,17 +207,25 @@ export class Store {
     }
   }
 
+  get dataDir(): string {
+    return this.config.dataDir;
+  }
+
   // ---- writes -------------------------------------------------------------------------------------
 
-  /** Commit `data` as a new version of `name`. After it returns the bytes are in memory and queued for disk. */
-  async put(name: string, data: Uint8Array): Promise<VersionRecord> {
+  /**
+   * Commit `data` as a new version of `name`. After it returns the bytes are in memory and queued for disk.
+   * `knownSha256` is for a caller that hashed the exact bytes as they arrived (fs/ hashes sequential writes
+   * incrementally); it is trusted, so that the bytes are not hashed twice.
+   */
+  async put(name: string, data: Uint8Array, knownSha256?: string): Promise<VersionRecord> {
     this.checkOpen();
     validateName(name);
     if (!(data instanceof Uint8Array)) throw new CascadeError('EINVAL', 'data must be a Buffer or Uint8Array');
     if (data.length > this.maxBlockBytes) {
       throw new CascadeError('EINVAL', `block of ${data.length} bytes is over the ${this.maxBlockBytes}-byte limit`);
     }
-    const sha = sha256Hex(data);
+    const sha = knownSha256 === undefined ? sha256Hex(data) : validateSha256(knownSha256);
     return this.commitContent(name, sha, data.length, () => this.ingest(sha, data));
   }
 
@@ -270,6 +282,43 @@ export class Store {
     this.checkOpen();
     await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
     await this.meta.sync();
+  }
+
+  /**
+   * Whether a new block of this size could be stored now (fs/ checks at close() so that the error reaches
+   * the writer; the commit itself happens at the last release). Throws ENOSPC or EFBIG when it could not.
+   */
+  checkAdmission(sizeBytes: number): void {
+    this.checkOpen();
+    if (sizeBytes > this.maxBlockBytes) throw new CascadeError('EFBIG', `${sizeBytes} bytes is over the ${this.maxBlockBytes}-byte block limit`);
+    const diskNeed = this.disk.footprintBytes(sizeBytes) + this.dirtyDiskBytes;
+    if (diskNeed > this.disk.freeBytes()) {
+      throw new CascadeError('ENOSPC', `disk tier has ${this.disk.freeBytes()} bytes free, ${diskNeed} needed`);
+    }
+  }
+
+  /**
+   * Keep a version's content readable while a reader holds it, even if the version is trimmed, replaced or
+   * deleted meanwhile (an open handle keeps reading the version it opened). Returns the release function.
+   */
+  lease(v: VersionRecord): () => void {
+    this.checkOpen();
+    const sha = v.sha256;
+    this.leases.set(sha, (this.leases.get(sha) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const n = (this.leases.get(sha) ?? 1) - 1;
+      if (n > 0) {
+        this.leases.set(sha, n);
+        return;
+      }
+      this.leases.delete(sha);
+      if (this.deferredReclaim.delete(sha) && !this.closed && !this.closing) {
+        void this.reclaim([sha]).catch((e) => this.warn(`reclaim of ${sha} failed: ${String(e)}`));
+      }
+    };
   }
 
   // ---- pins ---------------------------------------------------------------------------------------
@@ -663,6 +712,10 @@ export class Store {
     for (const sha of released) {
       await this.locks.with(sha, async () => {
         if (await this.meta.block(sha)) return;
+        if (this.leases.has(sha)) {
+          this.deferredReclaim.add(sha); // an open handle still reads it; reclaimed at its release
+          return;
+        }
         await this.dropContent(sha);
       });
     }

@@ -1,0 +1,721 @@
+/**
+ * Filesystem semantics over the Store (DESIGN.md, "User-facing contract"):
+ *
+ *   /kv/<model>/<path...>                       files are store names `<model>/<path...>`
+ *   /.cascade/stats.json                        a live snapshot of store statistics
+ *   /.cascade/versions/kv/<model>/<path>/<N>    version N of a file
+ *   /.cascade/at/<unix-ms>/kv/<model>/<path>    the version current at that time
+ *
+ * A file opened by create or O_TRUNC is a private staging buffer. Each close() of a descriptor that wrote
+ * something commits the whole buffer as one new version (so that a reader opening the file after close()
+ * sees it: FUSE sends release asynchronously, after close() has returned); a close with no new writes
+ * commits nothing, so a duplicated descriptor does not make a second version. Writing into committed
+ * content is EPERM. A read handle keeps the version it opened (the store holds a lease on its content).
+ * Throws CascadeError with symbolic codes only.
+ */
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import { GiB, NAME_COMPONENT_MAX_BYTES } from '../store/constants';
+import { CascadeError, isCascadeError } from '../store/errors';
+import type { VersionRecord } from '../store/meta';
+import { validateComponent, validateName, validateSha256 } from '../store/names';
+import type { Store } from '../store/store';
+import { DirTree, split } from './tree';
+import type { CascadeFsOps, FileAttr, FsStatfs, Handle } from './types';
+
+const S_IFDIR = 0o040000;
+const S_IFREG = 0o100000;
+const O_ACCMODE = 3;
+const O_WRONLY = 1;
+const O_RDWR = 2;
+const O_TRUNC = 0o1000;
+const O_APPEND = 0o2000;
+
+export const XATTR_PINNED = 'user.cascade.pinned';
+export const XATTR_SHA256 = 'user.cascade.sha256';
+export const XATTR_TIER = 'user.cascade.tier';
+export const XATTR_LINK = 'user.cascade.link';
+/** Values written to our xattrs are short ('1', a hex digest); anything longer is a mistake. */
+const XATTR_VALUE_MAX_BYTES = 256;
+/** Open handles at once; past this, open fails instead of memory growing without bound. */
+const HANDLES_MAX = 65_536;
+/** stats.json is re-rendered at most this often, so getattr's size and open's content agree. */
+const STATS_SNAPSHOT_MS = 1000;
+/** Names read per page when the tree is built at mount. */
+const LIST_PAGE = 10_000;
+
+export interface CascadeFsOptions {
+  uid: number;
+  gid: number;
+  /** Bytes all staging buffers may hold together (default: a quarter of memory, at most 8 GiB). */
+  stagingCapacityBytes?: number;
+  log?: (message: string) => void;
+}
+
+interface Staging {
+  name: string;
+  data: Buffer;
+  sizeBytes: number;
+  /** Incremental SHA-256 while writes arrive in order; undefined once they do not (hash at commit). */
+  hash: crypto.Hash | undefined;
+  hashedBytes: number;
+  /** Writes since the last commit. */
+  dirty: boolean;
+  handles: number;
+  /** Unlinked or replaced while open: it is never committed. */
+  orphaned: boolean;
+  mtimeMs: number;
+  ino: number;
+}
+
+type OpenFile =
+  | { kind: 'read'; version: VersionRecord; release: () => void }
+  | { kind: 'write'; staging: Staging; readable: boolean }
+  | { kind: 'virtual'; data: Buffer };
+
+type Parsed =
+  | { kind: 'root' }
+  | { kind: 'kv'; rel: string } // '' is /kv itself
+  | { kind: 'meta' } // /.cascade
+  | { kind: 'stats' }
+  | { kind: 'versions'; rel: string | undefined } // /.cascade/versions (undefined) or .../versions/kv/<rel>
+  | { kind: 'atroot' } // /.cascade/at
+  | { kind: 'at'; timeMs: number; rel: string | undefined }; // /.cascade/at/<ms> (undefined) or .../kv/<rel>
+
+function fnv1a53(text: string): number {
+  // A stable inode number from a string; 2^53 keeps it exact in a JS number.
+  let h1 = 0x811c9dc5;
+  let h2 = 0x01000193;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 0x01000193) >>> 0;
+    h2 = Math.imul(h2 ^ c, 0x5bd1e995) >>> 0;
+  }
+  return ((h2 & 0x1fffff) * 0x100000000 + h1) || 1;
+}
+
+export async function createCascadeFs(store: Store, options: CascadeFsOptions): Promise<CascadeFs> {
+  const tree = new DirTree();
+  let after: string | undefined;
+  for (;;) {
+    const page = await store.list('', { after, limit: LIST_PAGE });
+    for (const name of page) tree.addNameWithParents(name);
+    if (page.length < LIST_PAGE) break;
+    after = page[page.length - 1];
+  }
+  const fs = new CascadeFs(store, tree, options);
+  await fs.primeStats();
+  return fs;
+}
+
+export class CascadeFs implements CascadeFsOps {
+  private readonly staging = new Map<string, Staging>();
+  private stagingBytes = 0;
+  private readonly handles = new Map<Handle, OpenFile>();
+  private nextHandle = 1;
+  private readonly modes = new Map<string, number>();
+  private statsSnapshot: { atMs: number; data: Buffer } | undefined;
+  private readonly stagingCapacityBytes: number;
+  private readonly mountTimeMs = Date.now();
+
+  constructor(
+    private readonly store: Store,
+    private readonly tree: DirTree,
+    private readonly options: CascadeFsOptions,
+  ) {
+    this.stagingCapacityBytes = options.stagingCapacityBytes ?? Math.min(8 * GiB, Math.floor(os.totalmem() / 4));
+  }
+
+  // ---- attributes and directories -------------------------------------------------------------------
+
+  async getattr(path: string, handle?: Handle): Promise<FileAttr> {
+    const open = handle !== undefined ? this.handles.get(handle) : undefined;
+    if (open?.kind === 'write') return this.stagingAttr(open.staging);
+    if (open?.kind === 'read') return this.versionAttr(open.version);
+    const p = parse(path);
+    switch (p.kind) {
+      case 'root':
+      case 'meta':
+      case 'atroot':
+        return this.dirAttr(path);
+      case 'stats':
+        return this.fileAttr(path, this.stats().length, Date.now(), 0o444, fnv1a53(path));
+      case 'kv': {
+        const kind = this.tree.kindOf(p.rel);
+        if (kind === 'dir') return this.dirAttr(path);
+        if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
+        const st = this.staging.get(p.rel);
+        if (st) return this.stagingAttr(st);
+        return this.versionAttr(await this.store.resolve(p.rel));
+      }
+      case 'versions':
+      case 'at': {
+        const target = await this.resolveVirtual(p);
+        if (target === 'dir') return this.dirAttr(path);
+        return { ...this.versionAttr(target), mode: S_IFREG | 0o444 };
+      }
+    }
+  }
+
+  async readdir(path: string): Promise<string[]> {
+    const p = parse(path);
+    switch (p.kind) {
+      case 'root':
+        return ['kv', '.cascade'];
+      case 'meta':
+        return ['stats.json', 'versions', 'at'];
+      case 'atroot':
+        return []; // any unix-ms below it is valid; there is nothing to list
+      case 'stats':
+        throw new CascadeError('ENOTDIR', `${path} is a file`);
+      case 'kv':
+        return [...this.tree.children(p.rel).keys()];
+      case 'versions':
+      case 'at': {
+        if (p.rel === undefined) return ['kv'];
+        const kind = this.tree.kindOf(p.rel);
+        if (kind === 'dir') return [...this.tree.children(p.rel).keys()];
+        if (kind === 'file' && p.kind === 'versions') return (await this.store.versions(p.rel)).map((v) => String(v.version));
+        throw new CascadeError(kind === 'file' ? 'ENOTDIR' : 'ENOENT', `no directory ${path}`);
+      }
+    }
+  }
+
+  async mkdir(path: string, _mode: number): Promise<void> {
+    const rel = this.kvRel(path, 'mkdir');
+    if (rel === '') throw new CascadeError('EEXIST', '/kv exists');
+    for (const part of rel.split('/')) validateComponent(part);
+    this.tree.addDir(rel);
+  }
+
+  async rmdir(path: string): Promise<void> {
+    const rel = this.kvRel(path, 'rmdir');
+    if (rel === '') throw new CascadeError('EBUSY', '/kv cannot be removed');
+    this.tree.removeDir(rel);
+  }
+
+  // ---- files --------------------------------------------------------------------------------------
+
+  async create(path: string, mode: number, _flags: number): Promise<Handle> {
+    const rel = this.kvRel(path, 'create');
+    this.checkFileName(rel);
+    const existing = this.tree.kindOf(rel);
+    if (existing === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
+    this.tree.addFile(rel);
+    if ((mode & 0o7777) !== 0o644) this.modes.set(rel, mode & 0o7777);
+    return this.openStaging(rel, true);
+  }
+
+  async open(path: string, flags: number): Promise<Handle> {
+    const p = parse(path);
+    const writing = (flags & O_ACCMODE) === O_WRONLY || (flags & O_ACCMODE) === O_RDWR;
+    if (p.kind !== 'kv') {
+      if (writing) throw new CascadeError('EROFS', `${path} is read-only`);
+      if (p.kind === 'stats') return this.addHandle({ kind: 'virtual', data: this.stats() });
+      const target = p.kind === 'versions' || p.kind === 'at' ? await this.resolveVirtual(p) : 'dir';
+      if (target === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
+      return this.addHandle({ kind: 'read', version: target, release: this.store.lease(target) });
+    }
+    const kind = this.tree.kindOf(p.rel);
+    if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
+    if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
+    const st = this.staging.get(p.rel);
+    if (writing) {
+      if (flags & O_APPEND) throw new CascadeError('EPERM', `${path}: appending to committed content is not allowed`);
+      if (st) {
+        // Another descriptor of a file being written: join it; O_TRUNC starts it over.
+        if (flags & O_TRUNC) this.resize(st, 0);
+        return this.joinStaging(st, (flags & O_ACCMODE) === O_RDWR);
+      }
+      if (!(flags & O_TRUNC)) throw new CascadeError('EPERM', `${path}: committed content is immutable; open with O_TRUNC to replace it`);
+      return this.openStaging(p.rel, (flags & O_ACCMODE) === O_RDWR);
+    }
+    if (st) return this.joinStaging(st, true);
+    const v = await this.store.resolve(p.rel);
+    return this.addHandle({ kind: 'read', version: v, release: this.store.lease(v) });
+  }
+
+  async read(handle: Handle, target: Buffer, offsetBytes: number): Promise<number> {
+    const h = this.handle(handle);
+    switch (h.kind) {
+      case 'read':
+        return this.store.readContent(h.version, offsetBytes, target);
+      case 'virtual':
+        return copyRange(h.data, h.data.length, offsetBytes, target);
+      case 'write':
+        if (!h.readable) throw new CascadeError('EBADF', 'handle is open for writing only');
+        return copyRange(h.staging.data, h.staging.sizeBytes, offsetBytes, target);
+    }
+  }
+
+  async write(handle: Handle, data: Buffer, offsetBytes: number): Promise<number> {
+    const h = this.handle(handle);
+    if (h.kind !== 'write') throw new CascadeError('EBADF', 'handle is not open for writing');
+    const st = h.staging;
+    const end = offsetBytes + data.length;
+    this.ensureCapacity(st, end);
+    // The kernel reuses `data` after we return: copy now.
+    data.copy(st.data, offsetBytes);
+    if (st.hash && offsetBytes === st.hashedBytes && offsetBytes >= st.sizeBytes) {
+      st.hash.update(data);
+      st.hashedBytes = end;
+    } else if (offsetBytes < st.hashedBytes || offsetBytes > st.sizeBytes) {
+      st.hash = undefined; // a rewrite or a hole: hash the whole buffer at commit
+    }
+    if (offsetBytes > st.sizeBytes) st.data.fill(0, st.sizeBytes, offsetBytes); // a hole reads as zeros
+    st.sizeBytes = Math.max(st.sizeBytes, end);
+    st.dirty = true;
+    st.mtimeMs = Date.now();
+    return data.length;
+  }
+
+  async truncate(path: string, sizeBytes: number, handle?: Handle): Promise<void> {
+    if (!Number.isSafeInteger(sizeBytes) || sizeBytes < 0) throw new CascadeError('EINVAL', 'size must be a non-negative integer');
+    const open = handle !== undefined ? this.handles.get(handle) : undefined;
+    if (open?.kind === 'write') return this.resize(open.staging, sizeBytes);
+    const p = parse(path);
+    if (p.kind !== 'kv') throw new CascadeError('EROFS', `${path} is read-only`);
+    const kind = this.tree.kindOf(p.rel);
+    if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
+    if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
+    const st = this.staging.get(p.rel);
+    if (st) return this.resize(st, sizeBytes);
+    const v = await this.store.resolve(p.rel);
+    if (sizeBytes === v.sizeBytes && sizeBytes === 0) return;
+    if (sizeBytes !== 0) throw new CascadeError('EPERM', `${path}: committed content is immutable (only truncation to 0 replaces it)`);
+    await this.store.put(p.rel, Buffer.alloc(0));
+  }
+
+  async flush(handle: Handle): Promise<void> {
+    const h = this.handle(handle);
+    if (h.kind === 'write') await this.commit(h.staging);
+  }
+
+  async fsync(handle: Handle): Promise<void> {
+    const h = this.handle(handle);
+    if (h.kind === 'write') {
+      await this.commit(h.staging);
+      if (!h.staging.orphaned && (await this.exists(h.staging.name))) await this.store.sync(h.staging.name);
+    } else if (h.kind === 'read') {
+      await this.store.syncAll();
+    }
+  }
+
+  async release(handle: Handle): Promise<void> {
+    const h = this.handles.get(handle);
+    if (!h) return;
+    this.handles.delete(handle);
+    if (h.kind === 'read') h.release();
+    if (h.kind !== 'write') return;
+    const st = h.staging;
+    st.handles--;
+    if (st.handles > 0) return;
+    try {
+      await this.commit(st); // normally a no-op: flush committed it
+    } catch (e) {
+      this.log(`commit of ${st.name} at release failed: ${String(e)}`);
+    }
+    await this.dropStaging(st);
+  }
+
+  async unlink(path: string): Promise<void> {
+    const rel = this.kvRel(path, 'unlink');
+    const kind = this.tree.kindOf(rel);
+    if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
+    if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
+    const committed = await this.exists(rel);
+    if (committed) await this.store.delete(rel); // EPERM while pinned: nothing changes then
+    const st = this.staging.get(rel);
+    if (st) this.orphan(st);
+    this.tree.removeFile(rel);
+    this.modes.delete(rel);
+  }
+
+  async rename(from: string, to: string): Promise<void> {
+    const src = this.kvRel(from, 'rename');
+    const dst = this.kvRel(to, 'rename');
+    if (src === '' || dst === '') throw new CascadeError('EBUSY', '/kv cannot be renamed');
+    const srcKind = this.tree.kindOf(src);
+    if (srcKind === undefined) throw new CascadeError('ENOENT', `no such file: ${from}`);
+    if (src === dst) return;
+    const dstKind = this.tree.kindOf(dst);
+    const { parent } = split(dst);
+    if (this.tree.kindOf(parent) !== 'dir') throw new CascadeError('ENOENT', `no directory /kv/${parent}`);
+    if (srcKind === 'dir') return this.renameDir(src, dst, dstKind);
+    this.checkFileName(dst);
+    if (dstKind === 'dir') throw new CascadeError('EISDIR', `${to} is a directory`);
+    // Committed content moves atomically in the store (a new version of dst); a file still being written
+    // moves with it, and its commit lands at the new name.
+    if (await this.exists(src)) await this.store.rename(src, dst);
+    const replaced = this.staging.get(dst);
+    if (replaced) this.orphan(replaced);
+    const st = this.staging.get(src);
+    if (st) {
+      this.staging.delete(src);
+      st.name = dst;
+      this.staging.set(dst, st);
+    }
+    this.tree.removeFile(src);
+    this.tree.addFile(dst);
+    const mode = this.modes.get(src);
+    this.modes.delete(src);
+    if (mode !== undefined) this.modes.set(dst, mode);
+    else this.modes.delete(dst);
+  }
+
+  async utimens(path: string, _atimeMs: number, _mtimeMs: number): Promise<void> {
+    // Accepted so that touch and cp -p work; a version's time is its commit time and does not change.
+    await this.getattr(path);
+  }
+
+  async chmod(path: string, mode: number): Promise<void> {
+    const p = parse(path);
+    if (p.kind !== 'kv' || this.tree.kindOf(p.rel) !== 'file') {
+      await this.getattr(path);
+      throw new CascadeError('EPERM', `${path}: only files under /kv can change mode`);
+    }
+    this.modes.set(p.rel, mode & 0o7777);
+  }
+
+  async statfs(_path: string): Promise<FsStatfs> {
+    const disk = this.store.disk.stats();
+    // The disk tier's filesystem is what fills up (SGLang evicts by statvfs): report it.
+    const s = fs.statfsSync(this.store.dataDir);
+    const blockBytes = 4096;
+    const fsBytes = s.blocks * s.bsize;
+    const totalBytes = Number.isFinite(disk.capacityBytes) ? Math.min(disk.capacityBytes, fsBytes) : fsBytes;
+    const availBytes = Math.min(this.store.disk.freeBytes(), s.bavail * s.bsize);
+    const freeBytes = Math.min(this.store.disk.freeBytes(), s.bfree * s.bsize);
+    return {
+      blockBytes,
+      totalBlocks: Math.floor(totalBytes / blockBytes),
+      freeBlocks: Math.floor(freeBytes / blockBytes),
+      availBlocks: Math.floor(availBytes / blockBytes),
+      totalFiles: 1 << 30,
+      freeFiles: (1 << 30) - this.tree.dirCount(),
+      nameMaxBytes: NAME_COMPONENT_MAX_BYTES,
+    };
+  }
+
+  // ---- extended attributes ------------------------------------------------------------------------
+
+  async getxattr(path: string, name: string): Promise<Buffer> {
+    const rel = await this.xattrTarget(path, name);
+    if (name === XATTR_LINK) throw new CascadeError('ENODATA', `${XATTR_LINK} is write-only`);
+    if (!(await this.exists(rel))) throw new CascadeError('ENODATA', `${path} has no committed content yet`);
+    const info = await this.store.stat(rel);
+    if (name === XATTR_PINNED) return Buffer.from(info.pinned ? '1' : '0');
+    if (name === XATTR_SHA256) return Buffer.from(info.sha256);
+    return Buffer.from(info.tier);
+  }
+
+  async setxattr(path: string, name: string, value: Buffer): Promise<void> {
+    const rel = await this.xattrTarget(path, name);
+    if (value.length > XATTR_VALUE_MAX_BYTES) throw new CascadeError('EINVAL', `value of ${name} is too long`);
+    const text = value.toString('utf8').replace(/\n$/, '');
+    if (name === XATTR_SHA256 || name === XATTR_TIER) throw new CascadeError('EPERM', `${name} is read-only`);
+    if (name === XATTR_PINNED) {
+      if (text !== '0' && text !== '1') throw new CascadeError('EINVAL', `${XATTR_PINNED} takes 1 (pin) or 0 (unpin)`);
+      if (!(await this.exists(rel))) throw new CascadeError('ENOENT', `${path} has no committed content to pin`);
+      return text === '1' ? this.store.pin(rel) : this.store.unpin(rel);
+    }
+    // XATTR_LINK: this file becomes that content, with no data transfer.
+    const sha = text.toLowerCase();
+    try {
+      validateSha256(sha);
+    } catch {
+      throw new CascadeError('EINVAL', `${XATTR_LINK} takes a 64-character hex SHA-256`);
+    }
+    await this.store.link(rel, sha);
+  }
+
+  async listxattr(path: string): Promise<string[]> {
+    const p = parse(path);
+    if (p.kind !== 'kv' || this.tree.kindOf(p.rel) !== 'file') {
+      await this.getattr(path);
+      return [];
+    }
+    return (await this.exists(p.rel)) ? [XATTR_PINNED, XATTR_SHA256, XATTR_TIER] : [];
+  }
+
+  async removexattr(path: string, name: string): Promise<void> {
+    const rel = await this.xattrTarget(path, name);
+    if (name !== XATTR_PINNED) throw new CascadeError('EPERM', `${name} cannot be removed`);
+    if (await this.exists(rel)) await this.store.unpin(rel);
+  }
+
+  async close(): Promise<void> {
+    // Commit what writers left open (a clean unmount loses nothing), then persist the store.
+    for (const st of [...this.staging.values()]) {
+      try {
+        await this.commit(st);
+      } catch (e) {
+        this.log(`commit of ${st.name} at unmount failed: ${String(e)}`);
+      }
+    }
+    for (const h of this.handles.values()) if (h.kind === 'read') h.release();
+    this.handles.clear();
+    this.staging.clear();
+  }
+
+  // ---- internals ----------------------------------------------------------------------------------
+
+  private openStaging(rel: string, readable: boolean): Handle {
+    let st = this.staging.get(rel);
+    if (st) {
+      this.resize(st, 0);
+    } else {
+      st = {
+        name: rel,
+        data: Buffer.alloc(0),
+        sizeBytes: 0,
+        hash: crypto.createHash('sha256'),
+        hashedBytes: 0,
+        dirty: true, // a created (or truncated) file commits even if nothing is written: an empty file
+        handles: 0,
+        orphaned: false,
+        mtimeMs: Date.now(),
+        ino: fnv1a53(`staging:${rel}:${Date.now()}:${Math.random()}`),
+      };
+      this.staging.set(rel, st);
+    }
+    return this.joinStaging(st, readable);
+  }
+
+  private joinStaging(st: Staging, readable: boolean): Handle {
+    const h = this.addHandle({ kind: 'write', staging: st, readable });
+    st.handles++;
+    return h;
+  }
+
+  private addHandle(file: OpenFile): Handle {
+    if (this.handles.size >= HANDLES_MAX) {
+      if (file.kind === 'read') file.release();
+      throw new CascadeError('EBUSY', `too many open files (${HANDLES_MAX})`);
+    }
+    while (this.handles.has(this.nextHandle) || this.nextHandle === 0) this.nextHandle = (this.nextHandle + 1) % 0x7fffffff;
+    const h = this.nextHandle++;
+    this.handles.set(h, file);
+    return h;
+  }
+
+  private handle(handle: Handle): OpenFile {
+    const h = this.handles.get(handle);
+    if (!h) throw new CascadeError('EBADF', `no open handle ${handle}`);
+    return h;
+  }
+
+  /** Commit the staging buffer as a new version if it changed since the last commit. */
+  private async commit(st: Staging): Promise<void> {
+    if (!st.dirty || st.orphaned) return;
+    this.store.checkAdmission(st.sizeBytes);
+    const data = st.data.subarray(0, st.sizeBytes);
+    const sha = st.hash && st.hashedBytes === st.sizeBytes ? st.hash.copy().digest('hex') : undefined;
+    st.dirty = false;
+    try {
+      await this.store.put(st.name, data, sha);
+    } catch (e) {
+      st.dirty = true;
+      throw isCascadeError(e, 'EINVAL') && st.sizeBytes > this.store.maxBlockBytes ? new CascadeError('EFBIG', String(e)) : e;
+    }
+  }
+
+  private async dropStaging(st: Staging): Promise<void> {
+    if (this.staging.get(st.name) === st) this.staging.delete(st.name);
+    this.stagingBytes -= st.data.length;
+    st.data = Buffer.alloc(0);
+    // A created file whose commit failed, and that has no committed version, vanishes.
+    if (!st.orphaned && !(await this.exists(st.name)) && !this.staging.has(st.name)) this.tree.removeFile(st.name);
+  }
+
+  private orphan(st: Staging): void {
+    st.orphaned = true;
+    if (this.staging.get(st.name) === st) this.staging.delete(st.name);
+  }
+
+  private ensureCapacity(st: Staging, endBytes: number): void {
+    if (endBytes > this.store.maxBlockBytes) throw new CascadeError('EFBIG', `a file is at most ${this.store.maxBlockBytes} bytes`);
+    if (endBytes <= st.data.length) return;
+    // Double, so a file written in 128 KiB pieces is copied O(log n) times, not once per write.
+    const capacity = Math.min(this.store.maxBlockBytes, Math.max(endBytes, st.data.length * 2, 128 * 1024));
+    const growth = capacity - st.data.length;
+    if (this.stagingBytes + growth > this.stagingCapacityBytes) {
+      throw new CascadeError('ENOSPC', `files being written hold ${this.stagingBytes} bytes; the staging limit is ${this.stagingCapacityBytes}`);
+    }
+    const next = Buffer.allocUnsafe(capacity);
+    st.data.copy(next, 0, 0, st.sizeBytes);
+    this.stagingBytes += growth;
+    st.data = next;
+  }
+
+  private resize(st: Staging, sizeBytes: number): void {
+    if (sizeBytes > st.sizeBytes) {
+      this.ensureCapacity(st, sizeBytes);
+      st.data.fill(0, st.sizeBytes, sizeBytes);
+    }
+    if (sizeBytes !== st.sizeBytes || sizeBytes === 0) {
+      if (sizeBytes === 0) {
+        st.hash = crypto.createHash('sha256');
+        st.hashedBytes = 0;
+      } else if (sizeBytes < st.hashedBytes || sizeBytes > st.sizeBytes) {
+        st.hash = undefined;
+      }
+      st.sizeBytes = sizeBytes;
+      st.dirty = true;
+      st.mtimeMs = Date.now();
+    }
+  }
+
+  private async exists(rel: string): Promise<boolean> {
+    try {
+      await this.store.resolve(rel);
+      return true;
+    } catch (e) {
+      if (isCascadeError(e, 'ENOENT')) return false;
+      throw e;
+    }
+  }
+
+  private async renameDir(src: string, dst: string, dstKind: 'dir' | 'file' | undefined): Promise<void> {
+    if (dstKind === 'file') throw new CascadeError('ENOTDIR', `/kv/${dst} is not a directory`);
+    if (dstKind === 'dir' && this.tree.children(dst).size > 0) throw new CascadeError('ENOTEMPTY', `/kv/${dst} is not empty`);
+    if (dst.startsWith(`${src}/`)) throw new CascadeError('EINVAL', 'cannot move a directory into itself');
+    for (const part of dst.split('/')) validateComponent(part);
+    const files = this.tree.filesUnder(src);
+    if (files.some((f) => this.staging.has(f))) throw new CascadeError('EBUSY', `files under /kv/${src} are being written`);
+    // Not atomic as a whole: each file moves atomically, in order (documented).
+    if (dstKind === 'dir') this.tree.removeDir(dst);
+    for (const f of files) await this.store.rename(f, dst + f.slice(src.length));
+    this.tree.moveDir(src, dst);
+  }
+
+  private kvRel(path: string, op: string): string {
+    if (path === '/.cascade' || path.startsWith('/.cascade/')) throw new CascadeError('EROFS', `${op}: ${path} is read-only`);
+    const p = parse(path);
+    if (p.kind === 'kv') return p.rel;
+    if (p.kind === 'root') throw new CascadeError('EPERM', `${op}: only /kv/<model>/... is writable`);
+    throw new CascadeError('EROFS', `${op}: ${path} is read-only`);
+  }
+
+  private checkFileName(rel: string): void {
+    if (!rel.includes('/')) throw new CascadeError('EPERM', `/kv/${rel}: files live under /kv/<model>/`);
+    validateName(rel);
+  }
+
+  private async xattrTarget(path: string, name: string): Promise<string> {
+    if (name !== XATTR_PINNED && name !== XATTR_SHA256 && name !== XATTR_TIER && name !== XATTR_LINK) {
+      await this.getattr(path); // ENOENT first, for a path that does not exist
+      throw new CascadeError('EOPNOTSUPP', `unsupported extended attribute ${name}`);
+    }
+    const p = parse(path);
+    if (p.kind !== 'kv' || this.tree.kindOf(p.rel) !== 'file') {
+      await this.getattr(path);
+      throw new CascadeError('EOPNOTSUPP', `${name} applies to files under /kv only`);
+    }
+    return p.rel;
+  }
+
+  private async resolveVirtual(p: Extract<Parsed, { kind: 'versions' | 'at' }>): Promise<'dir' | VersionRecord> {
+    if (p.rel === undefined) return 'dir';
+    const kind = this.tree.kindOf(p.rel);
+    if (kind === 'dir') return 'dir';
+    if (p.kind === 'at') {
+      if (kind !== 'file') throw new CascadeError('ENOENT', `no such file: /kv/${p.rel}`);
+      return this.store.resolve(p.rel, { atMs: p.timeMs });
+    }
+    if (kind === 'file') return 'dir'; // versions/kv/<file> lists version numbers
+    const { parent, base } = split(p.rel);
+    if (this.tree.kindOf(parent) !== 'file' || !/^[1-9]\d{0,15}$/.test(base)) throw new CascadeError('ENOENT', `no such version: ${p.rel}`);
+    return this.store.resolve(parent, { version: Number(base) });
+  }
+
+  private stats(): Buffer {
+    const now = Date.now();
+    if (this.statsSnapshot && now - this.statsSnapshot.atMs < STATS_SNAPSHOT_MS) return this.statsSnapshot.data;
+    // Rendered synchronously from the last async refresh so getattr and open agree on the size.
+    void this.refreshStats();
+    return this.statsSnapshot?.data ?? Buffer.from('{}\n');
+  }
+
+  private async refreshStats(): Promise<void> {
+    try {
+      const s = await this.store.stats();
+      const body = { ...s, fs: { openHandles: this.handles.size, stagingFiles: this.staging.size, stagingBytes: this.stagingBytes } };
+      this.statsSnapshot = { atMs: Date.now(), data: Buffer.from(JSON.stringify(body, null, 2) + '\n') };
+    } catch (e) {
+      this.log(`stats: ${String(e)}`);
+    }
+  }
+
+  /** Called once at mount so that the first read of stats.json has content. */
+  async primeStats(): Promise<void> {
+    await this.refreshStats();
+  }
+
+  private dirAttr(path: string): FileAttr {
+    return {
+      mode: S_IFDIR | 0o755,
+      sizeBytes: 4096,
+      nlink: 2,
+      uid: this.options.uid,
+      gid: this.options.gid,
+      mtimeMs: this.mountTimeMs,
+      ctimeMs: this.mountTimeMs,
+      atimeMs: this.mountTimeMs,
+      ino: fnv1a53(`dir:${path}`),
+    };
+  }
+
+  private fileAttr(path: string, sizeBytes: number, timeMs: number, perms: number, ino: number): FileAttr {
+    return { mode: S_IFREG | perms, sizeBytes, nlink: 1, uid: this.options.uid, gid: this.options.gid, mtimeMs: timeMs, ctimeMs: timeMs, atimeMs: timeMs, ino: ino || fnv1a53(path) };
+  }
+
+  private versionAttr(v: VersionRecord): FileAttr {
+    return this.fileAttr(v.name, v.sizeBytes, v.timeMs, this.modes.get(v.name) ?? 0o644, fnv1a53(`${v.name}#${v.version}#${v.sha256}`));
+  }
+
+  private stagingAttr(st: Staging): FileAttr {
+    return this.fileAttr(st.name, st.sizeBytes, st.mtimeMs, this.modes.get(st.name) ?? 0o644, st.ino);
+  }
+
+  private log(message: string): void {
+    (this.options.log ?? ((m: string) => process.stderr.write(`cascade: ${m}\n`)))(message);
+  }
+}
+
+function copyRange(src: Buffer, sizeBytes: number, offsetBytes: number, target: Buffer): number {
+  if (offsetBytes >= sizeBytes) return 0;
+  const n = Math.min(target.length, sizeBytes - offsetBytes);
+  src.copy(target, 0, offsetBytes, offsetBytes + n);
+  return n;
+}
+
+/** Split an absolute mount path into what it names. Components are validated where they are used. */
+export function parse(path: string): Parsed {
+  if (path === '/' || path === '') return { kind: 'root' };
+  const parts = path.split('/').slice(1);
+  if (parts.some((x) => x === '')) throw new CascadeError('EINVAL', `bad path ${path}`);
+  for (const part of parts) {
+    if (Buffer.byteLength(part) > NAME_COMPONENT_MAX_BYTES) throw new CascadeError('ENAMETOOLONG', `a component of ${path} is over 255 bytes`);
+  }
+  if (parts[0] === 'kv') return { kind: 'kv', rel: parts.slice(1).join('/') };
+  if (parts[0] !== '.cascade') throw new CascadeError('ENOENT', `no such file: ${path}`);
+  if (parts.length === 1) return { kind: 'meta' };
+  if (parts[1] === 'stats.json' && parts.length === 2) return { kind: 'stats' };
+  if (parts[1] === 'versions') {
+    if (parts.length === 2) return { kind: 'versions', rel: undefined };
+    if (parts[2] !== 'kv') throw new CascadeError('ENOENT', `no such file: ${path}`);
+    return { kind: 'versions', rel: parts.slice(3).join('/') };
+  }
+  if (parts[1] === 'at') {
+    if (parts.length === 2) return { kind: 'atroot' };
+    if (!/^\d{1,16}$/.test(parts[2])) throw new CascadeError('ENOENT', `${parts[2]} is not a unix time in ms`);
+    const timeMs = Number(parts[2]);
+    if (parts.length === 3) return { kind: 'at', timeMs, rel: undefined };
+    if (parts[3] !== 'kv') throw new CascadeError('ENOENT', `no such file: ${path}`);
+    return { kind: 'at', timeMs, rel: parts.slice(4).join('/') };
+  }
+  throw new CascadeError('ENOENT', `no such file: ${path}`);
+}
+

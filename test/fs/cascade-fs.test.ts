@@ -1,0 +1,253 @@
+import { strict as assert } from 'node:assert';
+import { createCascadeFs, type CascadeFs, XATTR_LINK, XATTR_PINNED, XATTR_SHA256, XATTR_TIER } from '../../fs/cascade-fs';
+import { MiB } from '../../store/constants';
+import { Store, type StoreConfig } from '../../store/store';
+import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
+
+const O_RDONLY = 0;
+const O_WRONLY = 1;
+const O_RDWR = 2;
+const O_CREAT = 0o100;
+const O_TRUNC = 0o1000;
+const O_APPEND = 0o2000;
+
+const dirs: string[] = [];
+after(() => dirs.forEach(rmDir));
+
+async function setup(extra: Partial<StoreConfig> = {}): Promise<{ fs: CascadeFs; store: Store; dir: string }> {
+  const dir = tmpDir('fs');
+  dirs.push(dir);
+  const store = await Store.open({ dataDir: dir, dramCapacityBytes: 32 * MiB, prefault: false, dramHugePages: false, ...extra });
+  const fs = await createCascadeFs(store, { uid: 1000, gid: 1000, log: () => undefined });
+  return { fs, store, dir };
+}
+
+async function writeFile(fs: CascadeFs, path: string, data: Buffer, pieceBytes = 128 * 1024): Promise<void> {
+  const h = await fs.create(path, 0o644, O_CREAT | O_WRONLY | O_TRUNC);
+  for (let off = 0; off < data.length; off += pieceBytes) await fs.write(h, data.subarray(off, off + pieceBytes), off);
+  await fs.flush(h);
+  await fs.release(h);
+}
+
+async function readFile(fs: CascadeFs, path: string): Promise<Buffer> {
+  const attr = await fs.getattr(path);
+  const h = await fs.open(path, O_RDONLY);
+  const out = Buffer.alloc(attr.sizeBytes);
+  for (let off = 0; off < out.length; ) {
+    const n = await fs.read(h, out.subarray(off, off + 128 * 1024), off);
+    assert.ok(n > 0);
+    off += n;
+  }
+  await fs.release(h);
+  return out;
+}
+
+describe('CascadeFs (no kernel)', function () {
+  this.timeout(30_000);
+  let fs: CascadeFs;
+  let store: Store;
+  beforeEach(async () => ({ fs, store } = await setup()));
+  afterEach(async () => {
+    await fs.close();
+    await store.close();
+  });
+
+  it('commits a file written in 128 KiB pieces at close, hashed as it arrived', async () => {
+    await fs.mkdir('/kv/llama', 0o755);
+    await fs.mkdir('/kv/llama/a', 0o755);
+    const data = seededBytes(1, 3 * MiB + 11);
+    await writeFile(fs, '/kv/llama/a/block.bin', data);
+    assert.ok((await readFile(fs, '/kv/llama/a/block.bin')).equals(data));
+    assert.equal((await store.stat('llama/a/block.bin')).sha256, sha256(data));
+    assert.equal((await fs.getattr('/kv/llama/a/block.bin')).sizeBytes, data.length);
+    assert.deepEqual(await fs.readdir('/kv/llama'), ['a']);
+  });
+
+  it('handles holes, rewrites and ftruncate in a staging file; the commit hash is right', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    const h = await fs.create('/kv/m/f', 0o644, O_CREAT | O_RDWR);
+    await fs.write(h, Buffer.from('world'), 10);
+    await fs.write(h, Buffer.from('hello'), 0);
+    await fs.write(h, Buffer.from('J'), 0);
+    await fs.truncate('/kv/m/f', 12, h);
+    await fs.truncate('/kv/m/f', 13, h);
+    const back = Buffer.alloc(20);
+    assert.equal(await fs.read(h, back, 0), 13, 'readable while being written (O_RDWR)');
+    await fs.flush(h);
+    await fs.release(h);
+    const want = Buffer.concat([Buffer.from('Jello'), Buffer.alloc(5), Buffer.from('wo'), Buffer.alloc(1)]);
+    const got = await readFile(fs, '/kv/m/f');
+    assert.ok(got.equals(want), got.toString('hex'));
+    assert.equal((await store.stat('m/f')).sha256, sha256(want));
+  });
+
+  it('refuses to write into committed content, but O_TRUNC replaces it atomically', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/f', Buffer.from('v1'));
+    await rejectsWith(() => fs.open('/kv/m/f', O_WRONLY), 'EPERM');
+    await rejectsWith(() => fs.open('/kv/m/f', O_WRONLY | O_APPEND), 'EPERM');
+    await rejectsWith(() => fs.truncate('/kv/m/f', 1), 'EPERM');
+    const reader = await fs.open('/kv/m/f', O_RDONLY);
+    const w = await fs.open('/kv/m/f', O_WRONLY | O_TRUNC);
+    await fs.write(w, Buffer.from('version two'), 0);
+    assert.ok((await readFile(fs, '/kv/m/f')).equals(Buffer.from('version two')), 'readers see the staging file');
+    await fs.flush(w);
+    await fs.release(w);
+    const buf = Buffer.alloc(10);
+    assert.equal(await fs.read(reader, buf, 0), 2);
+    assert.equal(buf.subarray(0, 2).toString(), 'v1', 'an open handle keeps the version it opened');
+    await fs.release(reader);
+    assert.deepEqual((await store.versions('m/f')).map((v) => v.version), [1, 2]);
+    await fs.truncate('/kv/m/f', 0);
+    assert.equal((await fs.getattr('/kv/m/f')).sizeBytes, 0, 'truncate to 0 commits an empty version');
+  });
+
+  it('an open handle keeps its version even after the version is trimmed and its content reclaimed', async () => {
+    await fs.close();
+    await store.close();
+    ({ fs, store } = await setup({ keepVersions: 1 }));
+    await fs.mkdir('/kv/m', 0o755);
+    const old = seededBytes(5, 300_000);
+    await writeFile(fs, '/kv/m/f', old);
+    const reader = await fs.open('/kv/m/f', O_RDONLY);
+    await writeFile(fs, '/kv/m/f', seededBytes(6, 1000));
+    await store.idle();
+    const buf = Buffer.alloc(old.length);
+    assert.equal(await fs.read(reader, buf, 0), old.length);
+    assert.ok(buf.equals(old));
+    await fs.release(reader);
+    await store.idle();
+    assert.equal((await store.stats()).dedup.uniqueBytes, 1000, 'reclaimed once the reader let go');
+  });
+
+  it('a duplicated descriptor flushing twice makes one version; each close with new writes makes one', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    const h = await fs.create('/kv/m/d', 0o644, O_CREAT | O_WRONLY);
+    await fs.write(h, Buffer.from('abc'), 0);
+    await fs.flush(h);
+    await fs.flush(h);
+    await fs.release(h);
+    assert.equal((await store.versions('m/d')).length, 1);
+  });
+
+  it('renames: over an existing file, and of a file still open for writing (the commit lands at the new name)', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/final', Buffer.from('old'));
+    await writeFile(fs, '/kv/m/tmp1', Buffer.from('new'));
+    await fs.rename('/kv/m/tmp1', '/kv/m/final');
+    assert.equal((await readFile(fs, '/kv/m/final')).toString(), 'new');
+    await rejectsWith(() => fs.getattr('/kv/m/tmp1'), 'ENOENT');
+    assert.deepEqual((await store.versions('m/final')).map((v) => v.version), [1, 2]);
+
+    const h = await fs.create('/kv/m/tmp2', 0o644, O_CREAT | O_WRONLY);
+    await fs.write(h, Buffer.from('written after rename'), 0);
+    await fs.rename('/kv/m/tmp2', '/kv/m/final');
+    await fs.flush(h);
+    await fs.release(h);
+    assert.equal((await readFile(fs, '/kv/m/final')).toString(), 'written after rename');
+    await rejectsWith(() => store.get('m/tmp2'), 'ENOENT');
+    assert.deepEqual(await fs.readdir('/kv/m'), ['final']);
+  });
+
+  it('unlink: EPERM while pinned, then gone', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/p', Buffer.from('prefix'));
+    await fs.setxattr('/kv/m/p', XATTR_PINNED, Buffer.from('1'));
+    await rejectsWith(() => fs.unlink('/kv/m/p'), 'EPERM');
+    assert.equal((await fs.getattr('/kv/m/p')).sizeBytes, 6, 'still there');
+    await fs.setxattr('/kv/m/p', XATTR_PINNED, Buffer.from('0'));
+    await fs.unlink('/kv/m/p');
+    await rejectsWith(() => fs.getattr('/kv/m/p'), 'ENOENT');
+  });
+
+  it('xattrs: pinned, sha256, tier, link; errors for bad names and values', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    const data = seededBytes(9, 5000);
+    await writeFile(fs, '/kv/m/a', data);
+    assert.equal((await fs.getxattr('/kv/m/a', XATTR_PINNED)).toString(), '0');
+    assert.equal((await fs.getxattr('/kv/m/a', XATTR_SHA256)).toString(), sha256(data));
+    assert.equal((await fs.getxattr('/kv/m/a', XATTR_TIER)).toString(), 'dram');
+    assert.deepEqual(await fs.listxattr('/kv/m/a'), [XATTR_PINNED, XATTR_SHA256, XATTR_TIER]);
+    await fs.setxattr('/kv/m/a', XATTR_PINNED, Buffer.from('1\n'));
+    assert.equal((await fs.getxattr('/kv/m/a', XATTR_PINNED)).toString(), '1');
+    await rejectsWith(() => fs.setxattr('/kv/m/a', XATTR_PINNED, Buffer.from('yes')), 'EINVAL');
+    await rejectsWith(() => fs.setxattr('/kv/m/a', XATTR_SHA256, Buffer.from('00')), 'EPERM');
+    await rejectsWith(() => fs.getxattr('/kv/m/a', 'user.cascade.bogus'), 'EOPNOTSUPP');
+    await rejectsWith(() => fs.getxattr('/kv/m/a', 'security.selinux'), 'EOPNOTSUPP');
+    await rejectsWith(() => fs.getxattr('/kv/m/nope', XATTR_PINNED), 'ENOENT');
+
+    await writeFile(fs, '/kv/m/b', Buffer.alloc(0));
+    await fs.setxattr('/kv/m/b', XATTR_LINK, Buffer.from(sha256(data)));
+    assert.ok((await readFile(fs, '/kv/m/b')).equals(data), 'link made b that content, no data written');
+    await rejectsWith(() => fs.setxattr('/kv/m/b', XATTR_LINK, Buffer.from('f'.repeat(64))), 'ENOENT');
+    await rejectsWith(() => fs.setxattr('/kv/m/b', XATTR_LINK, Buffer.from('xyz')), 'EINVAL');
+  });
+
+  it('directories: mkdir, EEXIST, ENOTEMPTY, rmdir, long names, files only below a model', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await fs.mkdir('/kv/m/d', 0o755);
+    await rejectsWith(() => fs.mkdir('/kv/m/d', 0o755), 'EEXIST');
+    await rejectsWith(() => fs.mkdir('/kv/x/y', 0o755), 'ENOENT');
+    await writeFile(fs, '/kv/m/d/f', Buffer.from('x'));
+    await rejectsWith(() => fs.rmdir('/kv/m/d'), 'ENOTEMPTY');
+    await rejectsWith(() => fs.create(`/kv/m/${'n'.repeat(256)}`, 0o644, O_CREAT), 'ENAMETOOLONG');
+    await rejectsWith(() => fs.create('/kv/toplevel', 0o644, O_CREAT), 'EPERM');
+    await rejectsWith(() => fs.create('/.cascade/x', 0o644, O_CREAT), 'EROFS');
+    await fs.unlink('/kv/m/d/f');
+    await fs.rmdir('/kv/m/d');
+    assert.deepEqual(await fs.readdir('/kv/m'), []);
+    assert.deepEqual(await fs.readdir('/'), ['kv', '.cascade']);
+  });
+
+  it('a directory rename moves every name below it', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await fs.mkdir('/kv/m/a', 0o755);
+    await fs.mkdir('/kv/m/a/b', 0o755);
+    await writeFile(fs, '/kv/m/a/b/f', Buffer.from('deep'));
+    await writeFile(fs, '/kv/m/a/g', Buffer.from('shallow'));
+    await fs.rename('/kv/m/a', '/kv/m/z');
+    assert.equal((await readFile(fs, '/kv/m/z/b/f')).toString(), 'deep');
+    assert.equal((await store.get('m/z/g')).toString(), 'shallow');
+    await rejectsWith(() => fs.getattr('/kv/m/a'), 'ENOENT');
+  });
+
+  it('versions and time-travel paths, and stats.json', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/v', Buffer.from('one'));
+    const t1 = (await store.stat('m/v')).timeMs;
+    await new Promise((r) => setTimeout(r, 5));
+    await writeFile(fs, '/kv/m/v', Buffer.from('two!'));
+    assert.deepEqual(await fs.readdir('/.cascade/versions/kv/m/v'), ['1', '2']);
+    assert.equal((await readFile(fs, '/.cascade/versions/kv/m/v/1')).toString(), 'one');
+    assert.equal((await fs.getattr('/.cascade/versions/kv/m/v/2')).sizeBytes, 4);
+    assert.equal((await readFile(fs, `/.cascade/at/${t1}/kv/m/v`)).toString(), 'one');
+    assert.equal((await readFile(fs, `/.cascade/at/${Date.now()}/kv/m/v`)).toString(), 'two!');
+    await rejectsWith(() => fs.getattr(`/.cascade/at/${t1 - 1000}/kv/m/v`), 'ENOENT');
+    await rejectsWith(() => fs.getattr('/.cascade/versions/kv/m/v/3'), 'ENOENT');
+    await rejectsWith(() => fs.open('/.cascade/versions/kv/m/v/1', O_WRONLY), 'EROFS');
+    const stats = JSON.parse((await readFile(fs, '/.cascade/stats.json')).toString());
+    assert.ok(Array.isArray(stats.tiers));
+  });
+
+  it('over capacity: ENOSPC at close, the old version intact', async () => {
+    await fs.close();
+    await store.close();
+    ({ fs, store } = await setup({ diskCapacityBytes: 2 * MiB }));
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/f', Buffer.from('keep me'));
+    const h = await fs.open('/kv/m/f', O_WRONLY | O_TRUNC);
+    await fs.write(h, seededBytes(3, 3 * MiB), 0);
+    await rejectsWith(() => fs.flush(h), 'ENOSPC');
+    await fs.release(h);
+    assert.equal((await readFile(fs, '/kv/m/f')).toString(), 'keep me');
+  });
+
+  it('rebuilds its tree from the store at mount', async () => {
+    await store.put('llama/x/y/z', Buffer.from('1'));
+    await store.put('llama/x/w', Buffer.from('2'));
+    const fs2 = await createCascadeFs(store, { uid: 0, gid: 0 });
+    assert.deepEqual(await fs2.readdir('/kv'), ['llama']);
+    assert.deepEqual((await fs2.readdir('/kv/llama/x')).sort(), ['w', 'y']);
+    assert.equal((await fs2.getattr('/kv/llama/x/y')).mode & 0o170000, 0o040000);
+  });
+});
