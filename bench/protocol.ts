@@ -1,0 +1,96 @@
+/**
+ * What the benchmark driver (store-bench.ts) and one trial process (store-trial.ts) exchange: the trial's
+ * arguments as one JSON argv string, its results as one JSON line on stdout. Raw samples travel, not
+ * summaries, so the driver computes every statistic in one place.
+ */
+
+export const TRIAL_KINDS = ['memcpy', 'sha256', 'put', 'get-hot', 'get-cold', 'promote'] as const;
+export type TrialKind = (typeof TRIAL_KINDS)[number];
+
+export interface TrialArgs {
+  kind: TrialKind;
+  blockBytes: number;
+  warmups: number;
+  runs: number;
+  /** A directory the driver created for this trial and removes after it (even if the trial crashes). */
+  scratchDir: string;
+  /** Set only for the huge-page variants (when StoreConfig has `dramHugePages`); absent = store default. */
+  dramHugePages?: boolean;
+}
+
+/** One measured operation: every timed run, warm-ups excluded. */
+export interface FigureSamples {
+  /** Short id used in tables, e.g. 'put', 'put+sync', 'read', 'get'. */
+  figure: string;
+  /** What exactly was timed, in words. */
+  label: string;
+  /** Bytes moved per run (throughput = bytesPerRun / time). */
+  bytesPerRun: number;
+  timesMs: number[];
+}
+
+export type CheckValue = string | number | boolean | null;
+
+export interface TrialResult {
+  kind: TrialKind;
+  blockBytes: number;
+  warmups: number;
+  runs: number;
+  figures: FigureSamples[];
+  /** Sanity checks and facts observed by the trial (content verified, tier, huge pages in effect...). */
+  checks: Record<string, CheckValue>;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function isTrialKind(v: unknown): v is TrialKind {
+  return typeof v === 'string' && (TRIAL_KINDS as readonly string[]).includes(v);
+}
+
+const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+export function parseTrialArgs(text: string): TrialArgs {
+  const v: unknown = JSON.parse(text);
+  if (!isRecord(v)) throw new Error('trial args: expected a JSON object');
+  const { kind, blockBytes, warmups, runs, scratchDir, dramHugePages } = v;
+  if (!isTrialKind(kind)) throw new Error(`trial args: unknown kind ${String(kind)}`);
+  if (!isCount(blockBytes) || blockBytes === 0) throw new Error('trial args: blockBytes must be a positive integer');
+  if (!isCount(warmups) || !isCount(runs) || runs === 0) throw new Error('trial args: warmups/runs must be counts, runs >= 1');
+  if (typeof scratchDir !== 'string' || scratchDir.length === 0) throw new Error('trial args: scratchDir is required');
+  if (dramHugePages !== undefined && typeof dramHugePages !== 'boolean') throw new Error('trial args: dramHugePages must be boolean');
+  return { kind, blockBytes, warmups, runs, scratchDir, ...(dramHugePages === undefined ? {} : { dramHugePages }) };
+}
+
+function isFigure(v: unknown): v is FigureSamples {
+  return (
+    isRecord(v) &&
+    typeof v.figure === 'string' &&
+    typeof v.label === 'string' &&
+    isCount(v.bytesPerRun) &&
+    Array.isArray(v.timesMs) &&
+    v.timesMs.every((t) => typeof t === 'number' && Number.isFinite(t) && t > 0)
+  );
+}
+
+function isCheckValue(v: unknown): v is CheckValue {
+  return v === null || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
+}
+
+export function parseTrialResult(line: string): TrialResult {
+  const v: unknown = JSON.parse(line);
+  if (!isRecord(v)) throw new Error('trial result: expected a JSON object');
+  const { kind, blockBytes, warmups, runs, figures, checks } = v;
+  if (!isTrialKind(kind) || !isCount(blockBytes) || !isCount(warmups) || !isCount(runs)) {
+    throw new Error('trial result: bad kind/blockBytes/warmups/runs');
+  }
+  if (!Array.isArray(figures) || !figures.every(isFigure)) throw new Error('trial result: bad figures');
+  if (!isRecord(checks)) throw new Error('trial result: bad checks');
+  const checked: Record<string, CheckValue> = {};
+  for (const [k, c] of Object.entries(checks)) {
+    if (!isCheckValue(c)) throw new Error(`trial result: check ${k} is not a scalar`);
+    checked[k] = c;
+  }
+  return { kind, blockBytes, warmups, runs, figures, checks: checked };
+}
