@@ -6,11 +6,14 @@
  *   /.cascade/versions/kv/<model>/<path>/<N>    version N of a file
  *   /.cascade/at/<unix-ms>/kv/<model>/<path>    the version current at that time
  *
- * A file opened by create or O_TRUNC is a private staging buffer. Each close() of a descriptor that wrote
- * something commits the whole buffer as one new version (so that a reader opening the file after close()
- * sees it: FUSE sends release asynchronously, after close() has returned); a close with no new writes
- * commits nothing, so a duplicated descriptor does not make a second version. Writing into committed
- * content is EPERM. A read handle keeps the version it opened (the store holds a lease on its content).
+ * A file opened by create or O_TRUNC is a private staging buffer: other openers keep reading the committed
+ * version (or an empty file) until it commits. A close() that follows new writes commits the whole buffer
+ * as one new version (FUSE sends release asynchronously, after close() has returned, so a commit at
+ * release would let a reader that opens right after close() or rename() see the old content). A close with
+ * no new writes commits nothing: a shell redirect (open, dup2, close, write, close) or a duplicated
+ * descriptor makes one version, not two. A file created or truncated and never written commits its empty
+ * content at the last release. Writing into committed content is EPERM. A read handle keeps the version
+ * it opened (the store holds a lease on its content).
  * Throws CascadeError with symbolic codes only.
  */
 import * as crypto from 'node:crypto';
@@ -42,6 +45,11 @@ const XATTR_VALUE_MAX_BYTES = 256;
 const HANDLES_MAX = 65_536;
 /** stats.json is re-rendered at most this often, so getattr's size and open's content agree. */
 const STATS_SNAPSHOT_MS = 1000;
+/**
+ * libfuse (high-level API, without hard_remove) renames a file that is unlinked or replaced while open to
+ * `.fuse_hidden<hex>` and unlinks that name at the last release. These names are not store names.
+ */
+const HIDDEN_RE = /^\.fuse_hidden[0-9a-f]+$/;
 /** Names read per page when the tree is built at mount. */
 const LIST_PAGE = 10_000;
 
@@ -60,8 +68,10 @@ interface Staging {
   /** Incremental SHA-256 while writes arrive in order; undefined once they do not (hash at commit). */
   hash: crypto.Hash | undefined;
   hashedBytes: number;
-  /** Writes since the last commit. */
+  /** Writes since the last commit: a close() commits. */
   dirty: boolean;
+  /** Created or truncated and not committed since: the last release commits (possibly empty) content. */
+  pending: boolean;
   handles: number;
   /** Unlinked or replaced while open: it is never committed. */
   orphaned: boolean;
@@ -115,6 +125,13 @@ export class CascadeFs implements CascadeFsOps {
   private readonly handles = new Map<Handle, OpenFile>();
   private nextHandle = 1;
   private readonly modes = new Map<string, number>();
+  /** Hidden name -> the file it stands for, and the version it showed when hidden. */
+  private readonly hidden = new Map<string, { target: string; version: VersionRecord | undefined }>();
+  /**
+   * Files hidden by libfuse: gone from the tree, still in the store until a rename replaces them (their
+   * version history continues) or their hidden name is unlinked (then they are deleted).
+   */
+  private readonly pendingDelete = new Set<string>();
   private statsSnapshot: { atMs: number; data: Buffer } | undefined;
   private readonly stagingCapacityBytes: number;
   private readonly mountTimeMs = Date.now();
@@ -134,6 +151,11 @@ export class CascadeFs implements CascadeFsOps {
     if (open?.kind === 'write') return this.stagingAttr(open.staging);
     if (open?.kind === 'read') return this.versionAttr(open.version);
     const p = parse(path);
+    const hid = p.kind === 'kv' ? this.hidden.get(p.rel) : undefined;
+    if (hid) {
+      if (hid.version) return this.versionAttr(hid.version);
+      return this.fileAttr(path, 0, this.mountTimeMs, 0o644, fnv1a53(`hidden:${path}`));
+    }
     switch (p.kind) {
       case 'root':
       case 'meta':
@@ -145,9 +167,12 @@ export class CascadeFs implements CascadeFsOps {
         const kind = this.tree.kindOf(p.rel);
         if (kind === 'dir') return this.dirAttr(path);
         if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
+        // A file being written shows its committed version to everyone but its writers' handles.
+        const committed = await this.current(p.rel);
+        if (committed) return this.versionAttr(committed);
         const st = this.staging.get(p.rel);
         if (st) return this.stagingAttr(st);
-        return this.versionAttr(await this.store.resolve(p.rel));
+        throw new CascadeError('ENOENT', `no such file: ${path}`);
       }
       case 'versions':
       case 'at': {
@@ -203,6 +228,7 @@ export class CascadeFs implements CascadeFsOps {
     const existing = this.tree.kindOf(rel);
     if (existing === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     this.tree.addFile(rel);
+    this.pendingDelete.delete(rel); // re-created after an unlink while open: the new file continues the name
     if ((mode & 0o7777) !== 0o644) this.modes.set(rel, mode & 0o7777);
     return this.openStaging(rel, true);
   }
@@ -231,8 +257,9 @@ export class CascadeFs implements CascadeFsOps {
       if (!(flags & O_TRUNC)) throw new CascadeError('EPERM', `${path}: committed content is immutable; open with O_TRUNC to replace it`);
       return this.openStaging(p.rel, (flags & O_ACCMODE) === O_RDWR);
     }
-    if (st) return this.joinStaging(st, true);
-    const v = await this.store.resolve(p.rel);
+    const v = await this.current(p.rel);
+    // Created but not committed yet: its content is private to its writers, so it reads as empty.
+    if (!v) return this.addHandle({ kind: 'virtual', data: Buffer.alloc(0) });
     return this.addHandle({ kind: 'read', version: v, release: this.store.lease(v) });
   }
 
@@ -289,7 +316,7 @@ export class CascadeFs implements CascadeFsOps {
 
   async flush(handle: Handle): Promise<void> {
     const h = this.handle(handle);
-    if (h.kind === 'write') await this.commit(h.staging);
+    if (h.kind === 'write' && h.staging.dirty) await this.commit(h.staging);
   }
 
   async fsync(handle: Handle): Promise<void> {
@@ -321,6 +348,13 @@ export class CascadeFs implements CascadeFsOps {
 
   async unlink(path: string): Promise<void> {
     const rel = this.kvRel(path, 'unlink');
+    const hid = this.hidden.get(rel);
+    if (hid) {
+      // The last release of a file unlinked while open: now it goes (unless a rename replaced it).
+      this.hidden.delete(rel);
+      if (this.pendingDelete.delete(hid.target) && (await this.exists(hid.target))) await this.store.delete(hid.target);
+      return;
+    }
     const kind = this.tree.kindOf(rel);
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
@@ -339,6 +373,7 @@ export class CascadeFs implements CascadeFsOps {
     const srcKind = this.tree.kindOf(src);
     if (srcKind === undefined) throw new CascadeError('ENOENT', `no such file: ${from}`);
     if (src === dst) return;
+    if (srcKind === 'file' && HIDDEN_RE.test(split(dst).base)) return this.hide(src, dst);
     const dstKind = this.tree.kindOf(dst);
     const { parent } = split(dst);
     if (this.tree.kindOf(parent) !== 'dir') throw new CascadeError('ENOENT', `no directory /kv/${parent}`);
@@ -348,6 +383,7 @@ export class CascadeFs implements CascadeFsOps {
     // Committed content moves atomically in the store (a new version of dst); a file still being written
     // moves with it, and its commit lands at the new name.
     if (await this.exists(src)) await this.store.rename(src, dst);
+    this.pendingDelete.delete(dst); // a hidden dst is replaced: its history continues here
     const replaced = this.staging.get(dst);
     if (replaced) this.orphan(replaced);
     const st = this.staging.get(src);
@@ -428,6 +464,9 @@ export class CascadeFs implements CascadeFsOps {
       throw new CascadeError('EINVAL', `${XATTR_LINK} takes a 64-character hex SHA-256`);
     }
     await this.store.link(rel, sha);
+    // A created-but-unwritten file (touch, then link) must not commit its empty content over the link.
+    const st = this.staging.get(rel);
+    if (st && !st.dirty) this.orphan(st);
   }
 
   async listxattr(path: string): Promise<string[]> {
@@ -457,6 +496,15 @@ export class CascadeFs implements CascadeFsOps {
     for (const h of this.handles.values()) if (h.kind === 'read') h.release();
     this.handles.clear();
     this.staging.clear();
+    for (const rel of this.pendingDelete) {
+      try {
+        if (await this.exists(rel)) await this.store.delete(rel);
+      } catch (e) {
+        this.log(`delete of ${rel} (unlinked while open) at unmount failed: ${String(e)}`);
+      }
+    }
+    this.pendingDelete.clear();
+    this.hidden.clear();
   }
 
   // ---- internals ----------------------------------------------------------------------------------
@@ -472,7 +520,8 @@ export class CascadeFs implements CascadeFsOps {
         sizeBytes: 0,
         hash: crypto.createHash('sha256'),
         hashedBytes: 0,
-        dirty: true, // a created (or truncated) file commits even if nothing is written: an empty file
+        dirty: false,
+        pending: true, // created or truncated: commits at the last release even if nothing is written
         handles: 0,
         orphaned: false,
         mtimeMs: Date.now(),
@@ -508,15 +557,18 @@ export class CascadeFs implements CascadeFsOps {
 
   /** Commit the staging buffer as a new version if it changed since the last commit. */
   private async commit(st: Staging): Promise<void> {
-    if (!st.dirty || st.orphaned) return;
+    if (!(st.dirty || st.pending) || st.orphaned) return;
     this.store.checkAdmission(st.sizeBytes);
     const data = st.data.subarray(0, st.sizeBytes);
     const sha = st.hash && st.hashedBytes === st.sizeBytes ? st.hash.copy().digest('hex') : undefined;
+    const [dirty, pending] = [st.dirty, st.pending];
     st.dirty = false;
+    st.pending = false;
     try {
       await this.store.put(st.name, data, sha);
     } catch (e) {
-      st.dirty = true;
+      st.dirty = dirty;
+      st.pending = pending;
       throw isCascadeError(e, 'EINVAL') && st.sizeBytes > this.store.maxBlockBytes ? new CascadeError('EFBIG', String(e)) : e;
     }
   }
@@ -565,16 +617,31 @@ export class CascadeFs implements CascadeFsOps {
       st.dirty = true;
       st.mtimeMs = Date.now();
     }
+    if (sizeBytes === 0) st.pending = true; // O_TRUNC of a file being written starts it over
   }
 
   private async exists(rel: string): Promise<boolean> {
+    return (await this.current(rel)) !== undefined;
+  }
+
+  private async current(rel: string): Promise<VersionRecord | undefined> {
     try {
-      await this.store.resolve(rel);
-      return true;
+      return await this.store.resolve(rel);
     } catch (e) {
-      if (isCascadeError(e, 'ENOENT')) return false;
+      if (isCascadeError(e, 'ENOENT')) return undefined;
       throw e;
     }
+  }
+
+  /** libfuse hides `src` (open while unlinked or replaced) under `hiddenRel`. See HIDDEN_RE. */
+  private async hide(src: string, hiddenRel: string): Promise<void> {
+    const st = this.staging.get(src);
+    if (st) this.orphan(st); // a file replaced or unlinked while being written is never committed
+    const version = await this.current(src);
+    if (version && this.store.isPinned(version.sha256)) throw new CascadeError('EPERM', `/kv/${src} is pinned; unpin it first`);
+    this.hidden.set(hiddenRel, { target: src, version });
+    if (version) this.pendingDelete.add(src);
+    this.tree.removeFile(src);
   }
 
   private async renameDir(src: string, dst: string, dstKind: 'dir' | 'file' | undefined): Promise<void> {
@@ -605,7 +672,8 @@ export class CascadeFs implements CascadeFsOps {
 
   private async xattrTarget(path: string, name: string): Promise<string> {
     if (name !== XATTR_PINNED && name !== XATTR_SHA256 && name !== XATTR_TIER && name !== XATTR_LINK) {
-      await this.getattr(path); // ENOENT first, for a path that does not exist
+      // The kernel asks for security.capability on every write: answer without touching the store
+      // (the path was already looked up by the kernel).
       throw new CascadeError('EOPNOTSUPP', `unsupported extended attribute ${name}`);
     }
     const p = parse(path);

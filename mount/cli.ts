@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
- * The `cascade` command. Until the FUSE mount lands, it offers direct access to a data directory
- * (put, get, stat, versions, pin, unpin, stats) and `demo`, the main job of the quick start.
+ * The `cascade` command: `mount` and `unmount` for the FUSE filesystem, direct access to a data
+ * directory (put, get, stat, versions, pin, unpin, stats), and `demo`, the main job of the quick start.
  */
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
@@ -9,7 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import yargs, { type Argv } from 'yargs';
 import { MiB } from '../store/constants';
-import { isCascadeError } from '../store/errors';
+import { CascadeError, isCascadeError } from '../store/errors';
 import { Store, type StoreConfig, type StoreStats } from '../store/store';
 import { defaultDataDir, defaultDramBytes } from './defaults';
 import { formatBytes, parseSize } from './size';
@@ -116,10 +116,119 @@ async function demo(args: CommonArgs & { blocks: number; blockSize: string; keep
   }
 }
 
+interface MountArgs extends CommonArgs {
+  mountpoint: string;
+  pinQuota?: string;
+  keepVersions?: number;
+  kernelCache: boolean;
+  debug: boolean;
+}
+
+/** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
+const MOUNT_CONFIG_KEYS = ['data', 'dram', 'pin-quota', 'keep-versions', 'kernel-cache'] as const;
+
+/**
+ * Reads a mount config file for yargs (which lets command-line flags win over it). Accepts the flag
+ * spellings and their camelCase forms; anything else is an error rather than silently ignored.
+ */
+export function loadMountConfig(file: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch (e) {
+    throw new CascadeError('EINVAL', `config file ${file}: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new CascadeError('EINVAL', `config file ${file}: expected a JSON object like {"data": "/scratch/cascade", "dram": "8G"}`);
+  }
+  const out: Record<string, unknown> = {};
+  for (const [rawKey, value] of Object.entries(parsed)) {
+    const key = rawKey.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+    if (!(MOUNT_CONFIG_KEYS as readonly string[]).includes(key)) {
+      throw new CascadeError('EINVAL', `config file ${file}: unknown key "${rawKey}" (known: ${MOUNT_CONFIG_KEYS.join(', ')})`);
+    }
+    const bad = (want: string) => new CascadeError('EINVAL', `config file ${file}: "${rawKey}" must be ${want}, not ${JSON.stringify(value)}`);
+    if (key === 'data' && typeof value !== 'string') throw bad('a directory path');
+    if ((key === 'dram' || key === 'pin-quota') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
+    if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
+    if (key === 'kernel-cache' && typeof value !== 'boolean') throw bad('true or false');
+    // A relative data directory means relative to the config file, not to wherever mount runs.
+    out[key] = key === 'data' ? path.resolve(path.dirname(file), value as string) : typeof value === 'number' && key !== 'keep-versions' ? String(value) : value;
+  }
+  return out;
+}
+
+/** yargs reports an error thrown by a config parser as a crash (a YError); the handler throws it instead. */
+let mountConfigError: unknown;
+
+function deferMountConfigErrors(file: string): Record<string, unknown> {
+  try {
+    return loadMountConfig(file);
+  } catch (e) {
+    mountConfigError = e;
+    return {};
+  }
+}
+
+async function mount(args: MountArgs): Promise<void> {
+  if (mountConfigError !== undefined) throw mountConfigError;
+  if (args.keepVersions !== undefined && !(Number.isInteger(args.keepVersions) && args.keepVersions >= 1)) {
+    throw new CascadeError('EINVAL', `--keep-versions must be a whole number >= 1, not ${args.keepVersions}`);
+  }
+  // Loaded here, not at the top: only mount/unmount need fuse-native (and the system libfuse).
+  const { runMount } = await import('./main');
+  await runMount({
+    mountpoint: args.mountpoint,
+    dataDir: path.resolve(args.data),
+    dramBytes: parseSize(args.dram),
+    pinQuotaBytes: args.pinQuota === undefined ? undefined : parseSize(args.pinQuota),
+    keepVersions: args.keepVersions,
+    kernelCache: args.kernelCache,
+    debug: args.debug,
+    log: (line) => process.stderr.write(`${line}\n`),
+  });
+}
+
+async function unmount(mountpoint: string): Promise<void> {
+  const { fusermountUnmount, mountEntry, resolveMountpoint } = await import('./fuse-engine');
+  // The parent-only form first: stat of the mountpoint itself would hang if its daemon hangs.
+  let mnt = resolveMountpoint(mountpoint, false);
+  let entry = mountEntry(mnt);
+  if (!entry) {
+    mnt = resolveMountpoint(mountpoint);
+    entry = mountEntry(mnt);
+  }
+  if (!entry) throw new CascadeError('EINVAL', `${mnt} is not mounted`);
+  if (entry.fsType !== 'fuse.cascade') throw new CascadeError('EINVAL', `${mnt} is a ${entry.fsType} mount, not a Cascade (FUSE) mount`);
+  await fusermountUnmount(mnt);
+  process.stderr.write(`cascade: unmounted ${mnt}; its daemon persists its data and exits\n`);
+}
+
 export function buildCli(argv: string[]) {
   return withStoreOptions(yargs(argv))
     .scriptName('cascade')
-    .usage('$0 <command> [options]\n\nCascade: a tiered, content-addressed KV-cache store (DRAM in shared memory, disk segments).')
+    .usage('$0 <command> [options]\n\nCascade: a tiered, content-addressed KV-cache store (DRAM in shared memory, disk segments), mounted as a filesystem.')
+    .command(
+      'mount <mountpoint>',
+      'mount Cascade at <mountpoint> and serve it in the foreground until Ctrl-C, SIGTERM or `cascade unmount`',
+      (y) =>
+        y
+          .positional('mountpoint', { type: 'string', demandOption: true, describe: 'an empty directory (created if missing; a stale mount there is cleared)' })
+          .option('pin-quota', { type: 'string', describe: 'sum of pinned (prefix) block sizes allowed, e.g. 2G (default: half of --dram)' })
+          .option('keep-versions', { type: 'number', describe: 'versions kept per file name (default: the store default)' })
+          .option('kernel-cache', { type: 'boolean', default: false, describe: 'read through the kernel page cache and keep it across opens: much faster re-reads and shared mmap, but readers of a file being overwritten in place may see short or mixed content (default: direct I/O)' })
+          .option('debug', { type: 'boolean', default: false, describe: 'trace every FUSE request on stderr (libfuse debug)' })
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, pin-quota, keep-versions, kernel-cache); flags on the command line win', deferMountConfigErrors)
+          .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
+          .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag'),
+      (a) => mount(a as unknown as MountArgs),
+    )
+    .command(
+      'unmount <mountpoint>',
+      'unmount a Cascade mount (lazily: open files keep working until closed); the daemon then persists its data and exits',
+      (y) => y.positional('mountpoint', { type: 'string', demandOption: true }),
+      (a) => unmount(a.mountpoint),
+    )
     .command(
       'demo',
       'run a short tour of the store on a temporary data directory and print what happened',

@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 # g++/make/python3: node-gyp builds better-sqlite3 from source when no prebuilt binary can be fetched.
 # util-linux: mount/umount for the huge-page DRAM arena. coreutils: dd drops page caches in benchmarks.
-APT_PACKAGES=(g++ make python3 util-linux coreutils ca-certificates)
+# libfuse2: fuse-native's prebuilt binary links libfuse.so.2. fuse: fusermount (mount/unmount).
+# Not fuse3: it replaces the fuse package and breaks fusermount for libfuse2. attr: setfattr/getfattr.
+APT_PACKAGES=(g++ make python3 util-linux coreutils ca-certificates libfuse2 fuse attr)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

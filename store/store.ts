@@ -321,6 +321,10 @@ export class Store {
     };
   }
 
+  isPinned(sha256: string): boolean {
+    return this.pinned.has(sha256);
+  }
+
   // ---- pins ---------------------------------------------------------------------------------------
 
   /** Pin the current content of `name` in DRAM. EDQUOT past the pin quota. */

@@ -90,7 +90,7 @@ describe('CascadeFs (no kernel)', function () {
     const reader = await fs.open('/kv/m/f', O_RDONLY);
     const w = await fs.open('/kv/m/f', O_WRONLY | O_TRUNC);
     await fs.write(w, Buffer.from('version two'), 0);
-    assert.ok((await readFile(fs, '/kv/m/f')).equals(Buffer.from('version two')), 'readers see the staging file');
+    assert.equal((await readFile(fs, '/kv/m/f')).toString(), 'v1', 'the staging file is private: others read v1');
     await fs.flush(w);
     await fs.release(w);
     const buf = Buffer.alloc(10);
@@ -118,6 +118,33 @@ describe('CascadeFs (no kernel)', function () {
     await fs.release(reader);
     await store.idle();
     assert.equal((await store.stats()).dedup.uniqueBytes, 1000, 'reclaimed once the reader let go');
+  });
+
+  it('a shell redirect (open, dup2, close, write, close) makes one version, not an empty one first', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    const h = await fs.create('/kv/m/r', 0o644, O_CREAT | O_WRONLY | O_TRUNC);
+    await fs.flush(h); // close(3) after dup2(3, 1): nothing written yet
+    await fs.write(h, Buffer.from('one'), 0);
+    await fs.flush(h); // close(1)
+    await fs.release(h);
+    assert.deepEqual((await store.versions('m/r')).map((v) => v.sizeBytes), [3]);
+    const t = await fs.create('/kv/m/empty', 0o644, O_CREAT | O_WRONLY);
+    await fs.flush(t);
+    assert.equal((await fs.getattr('/kv/m/empty')).sizeBytes, 0, 'visible before its release');
+    assert.equal((await readFile(fs, '/kv/m/empty')).length, 0);
+    await fs.release(t);
+    assert.deepEqual((await store.versions('m/empty')).map((v) => v.sizeBytes), [0], 'touch commits an empty file at release');
+  });
+
+  it('touch then link: the link wins over the unwritten empty file', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    const data = Buffer.from('linked content');
+    await writeFile(fs, '/kv/m/src', data);
+    const t = await fs.create('/kv/m/dst', 0o644, O_CREAT | O_WRONLY);
+    await fs.flush(t);
+    await fs.setxattr('/kv/m/dst', XATTR_LINK, Buffer.from(sha256(data)));
+    await fs.release(t);
+    assert.equal((await readFile(fs, '/kv/m/dst')).toString(), 'linked content');
   });
 
   it('a duplicated descriptor flushing twice makes one version; each close with new writes makes one', async () => {
@@ -249,5 +276,35 @@ describe('CascadeFs (no kernel)', function () {
     assert.deepEqual(await fs2.readdir('/kv'), ['llama']);
     assert.deepEqual((await fs2.readdir('/kv/llama/x')).sort(), ['w', 'y']);
     assert.equal((await fs2.getattr('/kv/llama/x/y')).mode & 0o170000, 0o040000);
+  });
+  // libfuse renames a file unlinked or replaced while open to .fuse_hidden<hex> and unlinks it at release.
+  it('replace while open: the version history continues at the name, the hidden name never reaches the store', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/f', Buffer.from('one'));
+    const reader = await fs.open('/kv/m/f', O_RDONLY);
+    await writeFile(fs, '/kv/m/tmp', Buffer.from('two'));
+    // What libfuse does for rename(tmp, f) while f is open: hide f, then rename.
+    await fs.rename('/kv/m/f', '/kv/m/.fuse_hidden0000000a00000001');
+    await fs.rename('/kv/m/tmp', '/kv/m/f');
+    assert.deepEqual(await fs.readdir('/kv/m'), ['f'], 'hidden names are not listed');
+    const buf = Buffer.alloc(3);
+    await fs.read(reader, buf, 0);
+    assert.equal(buf.toString(), 'one', 'the open handle keeps its version');
+    await fs.release(reader);
+    await fs.unlink('/kv/m/.fuse_hidden0000000a00000001'); // libfuse, at the last release
+    assert.deepEqual((await store.versions('m/f')).map((v) => v.version), [1, 2]);
+    assert.equal((await readFile(fs, '/kv/m/f')).toString(), 'two');
+    assert.deepEqual(await store.list('m/'), ['m/f']);
+  });
+
+  it('unlink while open: gone from the tree at once, deleted from the store at the last release', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/g', Buffer.from('bye'));
+    await fs.rename('/kv/m/g', '/kv/m/.fuse_hidden0000000b00000002');
+    await rejectsWith(() => fs.getattr('/kv/m/g'), 'ENOENT');
+    assert.equal((await fs.getattr('/kv/m/.fuse_hidden0000000b00000002')).sizeBytes, 3);
+    await fs.rmdir('/kv/m').catch(() => undefined); // not empty? it is: the hidden name is not an entry
+    await fs.unlink('/kv/m/.fuse_hidden0000000b00000002');
+    await rejectsWith(() => store.get('m/g'), 'ENOENT');
   });
 });

@@ -1,0 +1,108 @@
+/**
+ * The composition root of `cascade mount`: store -> filesystem -> FUSE engine, then serve in the
+ * foreground until SIGINT/SIGTERM/SIGHUP or an external unmount (`cascade unmount`), and always shut
+ * down in order: unmount, close the filesystem, close the store (a clean close persists everything).
+ */
+import * as fs from 'node:fs';
+import type { CascadeFsOps } from '../fs/types';
+import { Store } from '../store/store';
+import { clearStaleMount, FuseNativeEngine, resolveMountpoint } from './fuse-engine';
+import { formatBytes } from './size';
+
+export interface MountOptions {
+  mountpoint: string;
+  dataDir: string;
+  dramBytes: number;
+  pinQuotaBytes?: number;
+  keepVersions?: number;
+  kernelCache?: boolean;
+  /** libfuse's per-request trace on stderr. */
+  debug?: boolean;
+  log: (msg: string) => void;
+  /** Tests: stop without a signal. */
+  stop?: AbortSignal;
+  /** Tests: a filesystem instead of fs/cascade-fs over the store. */
+  createFs?: (store: Store) => Promise<CascadeFsOps>;
+}
+
+/** How often the mount table is checked for an external unmount. */
+const MOUNT_POLL_MS = 500;
+const STOP_SIGNALS: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
+
+/**
+ * Runs the mount; resolves after a clean shutdown. A second signal during shutdown exits the process
+ * (code 1) as soon as the mount is detached, without waiting for the store to persist.
+ */
+export async function runMount(opts: MountOptions): Promise<void> {
+  const log = opts.log;
+  const mnt = resolveMountpoint(opts.mountpoint);
+
+  let engine: FuseNativeEngine | undefined;
+  let shuttingDown = false;
+  let requestStop: (why: string) => void = () => {};
+  const stopRequested = new Promise<string>((resolve) => (requestStop = resolve));
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (!shuttingDown) {
+      shuttingDown = true;
+      return requestStop(`received ${signal}`);
+    }
+    log(`cascade: ${signal} again: exiting now without waiting for data to be persisted`);
+    void (engine?.unmount() ?? Promise.resolve()).finally(() => process.exit(1));
+  };
+  const onAbort = () => {
+    shuttingDown = true;
+    requestStop('stop requested');
+  };
+  for (const s of STOP_SIGNALS) process.on(s, onSignal);
+  opts.stop?.addEventListener('abort', onAbort);
+  if (opts.stop?.aborted) onAbort();
+  let poll: NodeJS.Timeout | undefined;
+
+  try {
+    await clearStaleMount(mnt, (m) => log(`cascade: ${m}`));
+    await fs.promises.mkdir(mnt, { recursive: true });
+    const store = await Store.open({
+      dataDir: opts.dataDir,
+      dramCapacityBytes: opts.dramBytes,
+      pinQuotaBytes: opts.pinQuotaBytes,
+      keepVersions: opts.keepVersions,
+      log: (m) => log(`cascade: ${m}`),
+    });
+    try {
+      const fsOps = await (opts.createFs ?? ((st: Store) => defaultCreateFs(st, log)))(store);
+      try {
+        if (!shuttingDown) {
+          engine = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, log: (m) => log(`cascade: ${m}`) });
+          log(`cascade: mounted ${mnt} (engine fuse-native, data ${opts.dataDir}, DRAM ${formatBytes(opts.dramBytes)})`);
+          const mounted = engine;
+          poll = setInterval(() => {
+            if (!mounted.isMounted()) requestStop(`${mnt} was unmounted`);
+          }, MOUNT_POLL_MS);
+        }
+        const why = await stopRequested;
+        shuttingDown = true;
+        log(`cascade: ${why}; shutting down`);
+      } finally {
+        clearInterval(poll);
+        try {
+          await engine?.unmount();
+        } finally {
+          await fsOps.close();
+        }
+      }
+    } finally {
+      await store.close();
+    }
+    log(`cascade: unmounted ${mnt}; data persisted in ${opts.dataDir}`);
+  } finally {
+    for (const s of STOP_SIGNALS) process.off(s, onSignal);
+    opts.stop?.removeEventListener('abort', onAbort);
+  }
+}
+
+/** The real filesystem layer, loaded on first use: tests inject their own and never load it. */
+async function defaultCreateFs(store: Store, log: (msg: string) => void): Promise<CascadeFsOps> {
+  const { createCascadeFs } = await import('../fs/cascade-fs');
+  // Files belong to whoever runs the daemon; other users get what st_mode allows them.
+  return createCascadeFs(store, { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0, log: (m) => log(`cascade: ${m}`) });
+}

@@ -1,0 +1,272 @@
+/**
+ * Real-mount tests: the `cascade mount` daemon in a child process, exercised with real tools
+ * (cp, dd, cat, sha256sum, setfattr/getfattr, python3). Every test leaves no mount and no process.
+ */
+import { strict as assert } from 'node:assert';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
+
+const CLI = path.join(__dirname, '..', '..', 'mount', 'cli.js');
+
+function canMount(): boolean {
+  return process.getuid?.() === 0 && fs.existsSync('/dev/fuse') && spawnSync('which', ['fusermount']).status === 0;
+}
+
+function isMounted(mnt: string): boolean {
+  return fs.readFileSync('/proc/mounts', 'utf8').split('\n').some((l) => l.split(' ')[1] === mnt);
+}
+
+class Daemon {
+  proc: ChildProcess | undefined;
+  stderr = '';
+  constructor(
+    readonly mnt: string,
+    readonly data: string,
+    readonly extra: string[] = [],
+  ) {}
+
+  async start(): Promise<void> {
+    this.stderr = '';
+    this.proc = spawn(process.execPath, [CLI, 'mount', this.mnt, '--data', this.data, '--dram', '64M', ...this.extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = this.proc;
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`mount did not come up: ${this.stderr}`)), 20_000);
+      proc.stderr!.on('data', (d: Buffer) => {
+        this.stderr += d.toString();
+        if (this.stderr.includes('mounted')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      proc.on('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`daemon exited (${code}): ${this.stderr}`));
+      });
+    });
+  }
+
+  /** SIGTERM (a clean unmount) or SIGKILL (a crash); always leaves the mountpoint unmounted. */
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+    const proc = this.proc;
+    this.proc = undefined;
+    let code: number | null = null;
+    if (proc && proc.exitCode === null && proc.signalCode === null) {
+      const exited = new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
+      proc.kill(signal);
+      code = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    }
+    if (isMounted(this.mnt)) spawnSync('fusermount', ['-uz', this.mnt]);
+    return code;
+  }
+}
+
+/** Run a command against the mount; the daemon is another process, so a synchronous spawn is fine. */
+function sh(cmd: string, input?: Buffer): { code: number; stdout: Buffer; stderr: string } {
+  const r = spawnSync('bash', ['-c', cmd], { input, maxBuffer: 1 << 30 });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr.toString() };
+}
+
+function py(code: string): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync('python3', ['-c', code], { maxBuffer: 1 << 26 });
+  return { code: r.status ?? -1, stdout: r.stdout.toString(), stderr: r.stderr.toString() };
+}
+
+describe('cascade mount (real FUSE mount)', function () {
+  this.timeout(180_000);
+  let root: string;
+  let mnt: string;
+  let daemon: Daemon;
+
+  before(function () {
+    if (!canMount()) this.skip();
+    root = tmpDir('mount');
+    mnt = path.join(root, 'mnt');
+    fs.mkdirSync(mnt);
+    daemon = new Daemon(mnt, path.join(root, 'data'));
+  });
+  beforeEach(async function () {
+    if (!daemon.proc) await daemon.start();
+  });
+  after(async function () {
+    if (!daemon) return;
+    await daemon.stop();
+    assert.equal(isMounted(mnt), false, 'nothing left mounted');
+    rmDir(root);
+  });
+
+  it('cp, dd, cat and sha256sum: byte-exact round trips in nested directories', () => {
+    const src = path.join(root, 'src.bin');
+    const data = seededBytes(1, 5 * 1024 * 1024 + 123);
+    fs.writeFileSync(src, data);
+    assert.equal(sh(`mkdir -p ${mnt}/kv/llama/r0/aa/bb && cp ${src} ${mnt}/kv/llama/r0/aa/bb/x.bin`).code, 0);
+    const sum = sh(`sha256sum ${mnt}/kv/llama/r0/aa/bb/x.bin`).stdout.toString().split(' ')[0];
+    assert.equal(sum, sha256(data));
+    assert.ok(sh(`cat ${mnt}/kv/llama/r0/aa/bb/x.bin`).stdout.equals(data));
+    assert.equal(sh(`dd if=${src} of=${mnt}/kv/llama/r0/dd.bin bs=1M status=none && cmp ${src} ${mnt}/kv/llama/r0/dd.bin`).code, 0);
+    assert.equal(sh(`dd if=${mnt}/kv/llama/r0/dd.bin bs=64K skip=10 count=3 status=none`).stdout.equals(data.subarray(640 * 1024, 832 * 1024)), true);
+  });
+
+  it('python3: open("wb"), os.replace over an existing file, reads of the tail at an offset, os.getxattr', () => {
+    const r = py(`
+import os, hashlib
+d = "${mnt}/kv/mistral/p"
+os.makedirs(d, exist_ok=True)
+with open(d + "/final.bin", "wb") as f: f.write(b"old" * 1000)
+tmp = d + "/final.bin.tmp"
+fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+os.write(fd, b"N" * 3000000)
+os.close(fd)
+os.replace(tmp, d + "/final.bin")
+with open(d + "/final.bin", "rb") as f:
+    f.seek(2999990); tail = f.read()
+assert tail == b"N" * 10, tail
+sha = os.getxattr(d + "/final.bin", "user.cascade.sha256").decode()
+assert sha == hashlib.sha256(b"N" * 3000000).hexdigest(), sha
+assert not os.path.exists(tmp)
+print("ok")
+`);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), 'ok');
+  });
+
+  it('setfattr/getfattr: pin, sha256, tier, link', () => {
+    const f = `${mnt}/kv/llama/sys/prompt.bin`;
+    assert.equal(sh(`mkdir -p ${mnt}/kv/llama/sys && head -c 1000000 /dev/urandom > ${f}`).code, 0);
+    assert.equal(sh(`setfattr -n user.cascade.pinned -v 1 ${f}`).code, 0);
+    assert.equal(sh(`getfattr --only-values -n user.cascade.pinned ${f}`).stdout.toString(), '1');
+    assert.equal(sh(`getfattr --only-values -n user.cascade.tier ${f}`).stdout.toString(), 'dram');
+    const sha = sh(`getfattr --only-values -n user.cascade.sha256 ${f}`).stdout.toString();
+    assert.equal(sha, sh(`sha256sum ${f}`).stdout.toString().split(' ')[0]);
+    assert.equal(sh(`touch ${mnt}/kv/llama/sys/copy.bin && setfattr -n user.cascade.link -v ${sha} ${mnt}/kv/llama/sys/copy.bin`).code, 0);
+    assert.equal(sh(`cmp ${f} ${mnt}/kv/llama/sys/copy.bin`).code, 0, 'linked: same content, no data written');
+    assert.equal(sh(`setfattr -n user.cascade.pinned -v 0 ${f}`).code, 0);
+  });
+
+  it('errno table: every row gives its errno, leaves content intact and the daemon alive', () => {
+    const d = `${mnt}/kv/llama/errs`;
+    assert.equal(sh(`mkdir -p ${d} && printf committed > ${d}/f`).code, 0);
+    const row = (cmd: string, pattern: RegExp) => {
+      const r = sh(cmd);
+      assert.notEqual(r.code, 0, `${cmd} should fail`);
+      assert.match(r.stderr, pattern, cmd);
+    };
+    row(`touch ${d}/${'n'.repeat(256)}`, /File name too long/);
+    row(`printf more >> ${d}/f`, /Operation not permitted/); // O_APPEND
+    row(`python3 -c "open('${d}/f', 'r+b').write(b'x')"`, /Operation not permitted/); // write without O_TRUNC
+    row(`truncate -s 3 ${d}/f`, /Operation not permitted/);
+    row(`ln ${d}/f ${d}/hard`, /Operation not permitted/);
+    row(`ln -s ${d}/f ${d}/soft`, /Operation not permitted/);
+    row(`mknod ${d}/fifo p`, /Operation not permitted/);
+    row(`setfattr -n user.cascade.bogus -v 1 ${d}/f`, /Operation not supported/);
+    row(`setfattr -n user.other -v 1 ${d}/f`, /Operation not supported/);
+    row(`setfattr -n user.cascade.pinned -v 2 ${d}/f`, /Invalid argument/);
+    assert.equal(sh(`setfattr -n user.cascade.pinned -v 1 ${d}/f`).code, 0);
+    row(`rm ${d}/f`, /Operation not permitted/);
+    assert.equal(sh(`cat ${d}/f`).stdout.toString(), 'committed', 'content intact');
+    assert.equal(sh(`setfattr -n user.cascade.pinned -v 0 ${d}/f && rm ${d}/f`).code, 0);
+    // A too-small buffer gets ERANGE (not EIO): ask for 10 bytes of a 64-byte value.
+    const r = py(`
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+open("${d}/g", "wb").write(b"x")
+buf = ctypes.create_string_buffer(10)
+n = libc.getxattr(b"${d}/g", b"user.cascade.sha256", buf, ctypes.c_size_t(10))
+print(n, errno.errorcode[ctypes.get_errno()])
+`);
+    assert.equal(r.stdout.trim(), '-1 ERANGE', r.stderr);
+    assert.equal(sh(`ls ${mnt}/kv`).code, 0, 'daemon alive');
+  });
+
+  it('8 readers during repeated overwrites: zero mixed reads, and ENOENT during rename-replace is counted', () => {
+    const d = `${mnt}/kv/llama/race`;
+    const r = py(`
+import os, multiprocessing, time
+d = "${d}"
+os.makedirs(d, exist_ok=True)
+size = 256 * 1024
+with open(d + "/f", "wb") as f: f.write(b"A" * size)
+def reader(q):
+    mixed = enoent = reads = 0
+    end = time.time() + 3
+    while time.time() < end:
+        try:
+            with open(d + "/f", "rb") as f: b = f.read()
+        except FileNotFoundError:
+            enoent += 1; continue
+        reads += 1
+        if len(b) != size or b.count(b[:1]) != len(b): mixed += 1
+    q.put((mixed, enoent, reads))
+q = multiprocessing.Queue()
+ps = [multiprocessing.Process(target=reader, args=(q,)) for _ in range(8)]
+[p.start() for p in ps]
+end = time.time() + 3; i = 0; writes = 0
+while time.time() < end:
+    c = bytes([65 + (i % 26)]) * size; i += 1
+    if i % 2:
+        with open(d + "/f", "wb") as f: f.write(c)               # O_TRUNC overwrite
+    else:
+        with open(d + "/t%d" % i, "wb") as f: f.write(c)
+        os.replace(d + "/t%d" % i, d + "/f")                    # rename-replace
+    writes += 1
+res = [q.get() for _ in ps]
+[p.join() for p in ps]
+print(sum(r[0] for r in res), sum(r[1] for r in res), sum(r[2] for r in res), writes)
+`);
+    assert.equal(r.code, 0, r.stderr);
+    const [mixed, enoent, reads, writes] = r.stdout.trim().split(' ').map(Number);
+    process.stdout.write(`      race: ${reads} reads, ${writes} overwrites, ${mixed} mixed, ${enoent} ENOENT\n`);
+    assert.equal(mixed, 0, 'a reader never sees a mix of two versions');
+    assert.ok(reads > 100 && writes > 10);
+  });
+
+  it('kill -9 of the daemon, remount: every fsynced file intact', async () => {
+    const d = `${mnt}/kv/llama/durable`;
+    const r = py(`
+import os
+os.makedirs("${d}", exist_ok=True)
+for i in range(20):
+    with open("${d}/b%d" % i, "wb") as f:
+        f.write(bytes([i]) * (100000 + i)); f.flush(); os.fsync(f.fileno())
+print("ok")
+`);
+    assert.equal(r.stdout.trim(), 'ok', r.stderr);
+    await daemon.stop('SIGKILL');
+    assert.equal(isMounted(mnt), false);
+    await daemon.start(); // clears nothing stale: stop() unmounted; the daemon must cope either way
+    for (let i = 0; i < 20; i++) {
+      const got = fs.readFileSync(`${d}/b${i}`);
+      assert.ok(got.equals(Buffer.alloc(100000 + i, i)), `b${i} intact`);
+    }
+  });
+
+  it('200 files of 1 MiB through a 64 MiB DRAM tier all read back', () => {
+    const r = py(`
+import os, hashlib
+d = "${mnt}/kv/llama/many"
+os.makedirs(d, exist_ok=True)
+sums = []
+for i in range(200):
+    b = hashlib.sha256(str(i).encode()).digest() * 32768
+    with open(d + "/b%03d" % i, "wb") as f: f.write(b)
+    sums.append(hashlib.sha256(b).hexdigest())
+bad = 0
+for i in range(200):
+    with open(d + "/b%03d" % i, "rb") as f:
+        if hashlib.sha256(f.read()).hexdigest() != sums[i]: bad += 1
+print(bad, len(os.listdir(d)))
+`);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), '0 200');
+  });
+
+  it('stats.json and the versions tree are readable with cat and ls', () => {
+    const stats = JSON.parse(sh(`cat ${mnt}/.cascade/stats.json`).stdout.toString());
+    assert.ok(stats.tiers.length >= 2);
+    assert.equal(sh(`printf one > ${mnt}/kv/llama/v && printf two > ${mnt}/kv/llama/v`).code, 0);
+    assert.equal(sh(`ls ${mnt}/.cascade/versions/kv/llama/v`).stdout.toString().split('\n').filter(Boolean).length >= 2, true);
+    assert.equal(sh(`cat ${mnt}/.cascade/versions/kv/llama/v/1`).stdout.toString(), 'one');
+  });
+});
