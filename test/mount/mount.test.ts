@@ -262,6 +262,81 @@ print(bad, len(os.listdir(d)))
     assert.equal(r.stdout.trim(), '0 200');
   });
 
+  it("vLLM / llm-d: stat, O_EXCL|O_DIRECT temp file, one large write, rename over the final name, tail reads", () => {
+    const r = py(`
+import os, mmap, hashlib
+root = "${mnt}/kv/llama-3-8b_abc123_r0/a1b/c2_g0"
+os.makedirs(root, exist_ok=True)
+final = root + "/deadbeef.bin"
+assert not os.path.exists(final)
+size = 4 * 1024 * 1024
+buf = mmap.mmap(-1, size)                       # page-aligned, as O_DIRECT wants
+buf.write(hashlib.sha256(b"kv").digest() * (size // 32))
+for attempt in range(2):                        # the second write replaces the first
+    tmp = final + ".tmp%d" % attempt
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_DIRECT, 0o644)
+    assert os.write(fd, buf) == size
+    os.close(fd)
+    os.rename(tmp, final)
+fd = os.open(final, os.O_RDONLY | os.O_DIRECT)
+tail = mmap.mmap(-1, 65536)
+n = os.preadv(fd, [tail], size - 65536)
+os.close(fd)
+assert n == 65536 and tail[:] == bytes(buf[size - 65536:]), n
+print(len(os.listdir(root)), os.stat(final).st_size)
+`);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), `1 ${4 * 1024 * 1024}`);
+  });
+
+  it('LMCache file connector: <key>.tmp then rename, repeated with the same temp name', () => {
+    const r = py(`
+import os
+d = "${mnt}/kv/mistral/lmcache"
+os.makedirs(d, exist_ok=True)
+for i in range(20):
+    key = "chunk%02d" % (i % 5)
+    with open(d + "/" + key + ".tmp", "wb") as f: f.write(bytes([i]) * 70000)
+    os.rename(d + "/" + key + ".tmp", d + "/" + key + ".data")
+names = sorted(os.listdir(d))
+ok = all(open(d + "/chunk%02d.data" % k, "rb").read() == bytes([15 + k]) * 70000 for k in range(5))
+print(len(names), ok)
+`);
+    assert.equal(r.stdout.trim(), '5 True', r.stderr);
+  });
+
+  it('SGLang HiCacheFile: 10,000 files, a full listing per existence check, statvfs, unlink to evict', () => {
+    const r = py(`
+import os, time
+d = "${mnt}/kv/sglang"
+os.makedirs(d, exist_ok=True)
+for i in range(10000):
+    tmp = d + "/.tmp%d" % i
+    with open(tmp, "wb") as f: f.write(b"p%05d" % i)
+    os.rename(tmp, d + "/page%05d_qwen_0_1.bin" % i)
+t = time.time()
+for _ in range(5): names = os.listdir(d)
+listing_ms = (time.time() - t) / 5 * 1000
+st = os.statvfs(d)
+assert st.f_bsize > 0 and st.f_blocks > 0 and st.f_bavail > 0 and st.f_namemax == 255, st
+for i in range(0, 10000, 2): os.unlink(d + "/page%05d_qwen_0_1.bin" % i)
+print(len(names), len(os.listdir(d)), "%.1f" % listing_ms)
+`);
+    assert.equal(r.code, 0, r.stderr);
+    const [before, after, listingMs] = r.stdout.trim().split(' ');
+    process.stdout.write(`      10,000-entry listing: ${listingMs} ms\n`);
+    assert.equal(before, '10000');
+    assert.equal(after, '5000');
+  });
+
+  it('concurrent mkdir -p of the same directories all succeed; utimensat and O_DIRECT dd work', () => {
+    const r = sh(`for i in 1 2 3 4 5 6 7 8; do mkdir -p ${mnt}/kv/m2/a/b/c/d & done; wait; ls -d ${mnt}/kv/m2/a/b/c/d`);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(sh(`dd if=/dev/zero of=${mnt}/kv/m2/a/direct.bin bs=1M count=8 oflag=direct status=none && stat -c %s ${mnt}/kv/m2/a/direct.bin`).stdout.toString().trim(), String(8 * 1024 * 1024));
+    assert.equal(sh(`dd if=${mnt}/kv/m2/a/direct.bin of=/dev/null bs=1M iflag=direct status=none`).code, 0);
+    assert.equal(sh(`touch ${mnt}/kv/m2/a/direct.bin && touch -d '2020-01-01' ${mnt}/kv/m2/a/direct.bin`).code, 0, 'utimensat accepted');
+  });
+
   it('stats.json and the versions tree are readable with cat and ls', () => {
     const stats = JSON.parse(sh(`cat ${mnt}/.cascade/stats.json`).stdout.toString());
     assert.ok(stats.tiers.length >= 2);
