@@ -43,8 +43,11 @@ export const XATTR_LINK = 'user.cascade.link';
 const XATTR_VALUE_MAX_BYTES = 256;
 /** Open handles at once; past this, open fails instead of memory growing without bound. */
 const HANDLES_MAX = 65_536;
-/** stats.json is re-rendered at most this often, so getattr's size and open's content agree. */
-const STATS_SNAPSHOT_MS = 1000;
+/**
+ * stats.json is re-rendered when its snapshot is older than this: fresh for every `cat`, and the same
+ * snapshot for the getattr and open of one read, so the size a page-cache reader trusts matches.
+ */
+const STATS_SNAPSHOT_MS = 100;
 /**
  * libfuse (high-level API, without hard_remove) renames a file that is unlinked or replaced while open to
  * `.fuse_hidden<hex>` and unlinks that name at the last release. These names are not store names.
@@ -114,9 +117,7 @@ export async function createCascadeFs(store: Store, options: CascadeFsOptions): 
     if (page.length < LIST_PAGE) break;
     after = page[page.length - 1];
   }
-  const fs = new CascadeFs(store, tree, options);
-  await fs.primeStats();
-  return fs;
+  return new CascadeFs(store, tree, options);
 }
 
 export class CascadeFs implements CascadeFsOps {
@@ -162,7 +163,7 @@ export class CascadeFs implements CascadeFsOps {
       case 'atroot':
         return this.dirAttr(path);
       case 'stats':
-        return this.fileAttr(path, this.stats().length, Date.now(), 0o444, fnv1a53(path));
+        return this.fileAttr(path, (await this.stats()).length, Date.now(), 0o444, fnv1a53(path));
       case 'kv': {
         const kind = this.tree.kindOf(p.rel);
         if (kind === 'dir') return this.dirAttr(path);
@@ -238,7 +239,7 @@ export class CascadeFs implements CascadeFsOps {
     const writing = (flags & O_ACCMODE) === O_WRONLY || (flags & O_ACCMODE) === O_RDWR;
     if (p.kind !== 'kv') {
       if (writing) throw new CascadeError('EROFS', `${path} is read-only`);
-      if (p.kind === 'stats') return this.addHandle({ kind: 'virtual', data: this.stats() });
+      if (p.kind === 'stats') return this.addHandle({ kind: 'virtual', data: await this.stats() });
       const target = p.kind === 'versions' || p.kind === 'at' ? await this.resolveVirtual(p) : 'dir';
       if (target === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
       return this.addHandle({ kind: 'read', version: target, release: this.store.lease(target) });
@@ -698,27 +699,13 @@ export class CascadeFs implements CascadeFsOps {
     return this.store.resolve(parent, { version: Number(base) });
   }
 
-  private stats(): Buffer {
-    const now = Date.now();
-    if (this.statsSnapshot && now - this.statsSnapshot.atMs < STATS_SNAPSHOT_MS) return this.statsSnapshot.data;
-    // Rendered synchronously from the last async refresh so getattr and open agree on the size.
-    void this.refreshStats();
-    return this.statsSnapshot?.data ?? Buffer.from('{}\n');
-  }
-
-  private async refreshStats(): Promise<void> {
-    try {
+  private async stats(): Promise<Buffer> {
+    if (!this.statsSnapshot || Date.now() - this.statsSnapshot.atMs >= STATS_SNAPSHOT_MS) {
       const s = await this.store.stats();
       const body = { ...s, fs: { openHandles: this.handles.size, stagingFiles: this.staging.size, stagingBytes: this.stagingBytes } };
       this.statsSnapshot = { atMs: Date.now(), data: Buffer.from(JSON.stringify(body, null, 2) + '\n') };
-    } catch (e) {
-      this.log(`stats: ${String(e)}`);
     }
-  }
-
-  /** Called once at mount so that the first read of stats.json has content. */
-  async primeStats(): Promise<void> {
-    await this.refreshStats();
+    return this.statsSnapshot.data;
   }
 
   private dirAttr(path: string): FileAttr {

@@ -1,28 +1,58 @@
 #!/usr/bin/env node
 /**
- * The `cascade` command: `mount` and `unmount` for the FUSE filesystem, direct access to a data
- * directory (put, get, stat, versions, pin, unpin, stats), and `demo`, the main job of the quick start.
+ * The `cascade` command: `mount` and `unmount` for the FUSE filesystem; stat, versions, pin, unpin,
+ * stats and warmup on a mounted Cascade (through files and xattrs only: mount/client.ts); direct access
+ * to a data directory with --data (put, get, stat, versions, pin, unpin, stats); and `demo`, the main
+ * job of the quick start.
  */
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+// cli-progress: a widely used, maintained progress bar that redraws in place on a TTY, throttles its
+// redraws and sizes itself to the terminal; warmup of many GiB needs one, and a hand-rolled \r line
+// gets none of that right.
+import { SingleBar } from 'cli-progress';
 import yargs, { type Argv } from 'yargs';
 import { MiB } from '../store/constants';
 import { CascadeError, isCascadeError } from '../store/errors';
 import { Store, type StoreConfig, type StoreStats } from '../store/store';
+import {
+  asMountFile,
+  findMountRoot,
+  listVersions,
+  mountRootAt,
+  notInMountError,
+  readStats,
+  resolveTarget,
+  setPinned,
+  statPath,
+  warmup,
+  type MountStats,
+  type WarmupProgress,
+} from './client';
 import { defaultDataDir, defaultDramBytes } from './defaults';
 import { formatBytes, parseSize } from './size';
 
 interface CommonArgs {
-  data: string;
+  /** Undefined when not given: then stat, versions, pin, unpin and stats work on a mount. */
+  data?: string;
   dram: string;
   json: boolean;
 }
 
+/** Arguments of the commands that work on a mount or, with --data, on a data directory. */
+interface DualArgs extends CommonArgs {
+  mount?: string;
+}
+
+/** A mistake in how the command was called: exit 2, like the usage errors yargs itself finds. */
+class UsageError extends Error {}
+
 function withStoreOptions<T>(y: Argv<T>) {
   return y
-    .option('data', { type: 'string', default: defaultDataDir(), describe: 'data directory (disk tier and metadata)' })
+    // No yargs default: whether --data was given picks the mode of stat, versions, pin, unpin, stats.
+    .option('data', { type: 'string', describe: `data directory (disk tier and metadata) for direct access without a mount (default for put, get, demo, mount: ${defaultDataDir()})` })
     .option('dram', { type: 'string', default: formatSizeArg(defaultDramBytes()), describe: 'DRAM tier size, e.g. 512M, 8G' })
     .option('json', { type: 'boolean', default: false, describe: 'print machine-readable JSON' });
 }
@@ -32,7 +62,7 @@ function formatSizeArg(bytes: number): string {
 }
 
 async function withStore<R>(args: CommonArgs, fn: (store: Store) => Promise<R>, extra: Partial<StoreConfig> = {}): Promise<R> {
-  const store = await Store.open({ dataDir: args.data, dramCapacityBytes: parseSize(args.dram), ...extra });
+  const store = await Store.open({ dataDir: args.data ?? defaultDataDir(), dramCapacityBytes: parseSize(args.dram), ...extra });
   try {
     return await fn(store);
   } finally {
@@ -62,7 +92,7 @@ function selector(argv: { version?: number; at?: number }) {
 
 /** A short tour of the store: KV blocks, a shared system prompt deduplicated, a pin, versions, stats. */
 async function demo(args: CommonArgs & { blocks: number; blockSize: string; keep: boolean }): Promise<void> {
-  const dataDir = args.keep ? args.data : fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-demo-'));
+  const dataDir = args.keep ? (args.data ?? defaultDataDir()) : fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-demo-'));
   const blockBytes = parseSize(args.blockSize);
   const log = (line: string) => process.stderr.write(`${line}\n`);
   log(`cascade demo: data directory ${dataDir}${args.keep ? '' : ' (temporary)'}, DRAM ${args.dram}`);
@@ -179,7 +209,7 @@ async function mount(args: MountArgs): Promise<void> {
   const { runMount } = await import('./main');
   await runMount({
     mountpoint: args.mountpoint,
-    dataDir: path.resolve(args.data),
+    dataDir: path.resolve(args.data ?? defaultDataDir()),
     dramBytes: parseSize(args.dram),
     pinQuotaBytes: args.pinQuota === undefined ? undefined : parseSize(args.pinQuota),
     keepVersions: args.keepVersions,
@@ -204,10 +234,114 @@ async function unmount(mountpoint: string): Promise<void> {
   process.stderr.write(`cascade: unmounted ${mnt}; its daemon persists its data and exits\n`);
 }
 
+// ---- commands on a mounted Cascade (mount/client.ts) ----
+
+/** --mount, for the commands that work on a mount; exclusive with --data, which means direct access. */
+function withMountOption<T>(y: Argv<T>) {
+  return y
+    .option('mount', { type: 'string', describe: 'the mount to use: arguments that are not absolute paths are names under MOUNT/kv/' })
+    .conflicts('mount', 'data');
+}
+
+function formatTime(timeMs: number): string {
+  return new Date(timeMs).toISOString();
+}
+
+function statInMount(a: DualArgs & { target: string; version?: number; at?: number }): void {
+  if (a.version !== undefined || a.at !== undefined) {
+    throw new UsageError('--version and --at apply with --data; in a mount, old versions are files: MOUNT/.cascade/versions/kv/<model>/<name>/<N> (see `cascade versions PATH`)');
+  }
+  const s = statPath(asMountFile(resolveTarget(a.target, a.mount)));
+  print(a, s, () =>
+    [`path     ${s.path}`, `name     ${s.name}`, `version  ${s.version}`, `sha256   ${s.sha256}`, `size     ${s.sizeBytes} (${formatBytes(s.sizeBytes)})`, `tier     ${s.tier}`, `pinned   ${s.pinned}`, `time     ${formatTime(s.timeMs)}`].join('\n'),
+  );
+}
+
+function versionsInMount(a: DualArgs & { target: string }): void {
+  const vs = listVersions(asMountFile(resolveTarget(a.target, a.mount)));
+  print(a, vs, () => vs.map((v) => [v.version, formatTime(v.timeMs), v.sizeBytes, v.path, ...(v.current ? [`current sha256 ${v.sha256 ?? '?'}`] : [])].join('\t')).join('\n'));
+}
+
+function pinInMount(a: DualArgs & { targets: string[] }, pinned: boolean): void {
+  // Resolve every argument first, so a typo fails the command before anything changed.
+  const files = a.targets.map((t) => asMountFile(resolveTarget(t, a.mount)));
+  for (const f of files) setPinned(f, pinned);
+}
+
+function formatMountStats(mount: string, stats: MountStats): string {
+  const lines = [`mount ${mount}`, formatStats(stats)];
+  if (stats.fs) lines.push(`open files ${stats.fs.openHandles}; being written ${stats.fs.stagingFiles} (${formatBytes(stats.fs.stagingBytes)})`);
+  return lines.join('\n');
+}
+
+async function statsInMount(a: DualArgs & { target?: string }): Promise<void> {
+  let mount: string | undefined;
+  if (a.target !== undefined) mount = resolveTarget(a.target, a.mount).mount;
+  else if (a.mount !== undefined) mount = mountRootAt(a.mount);
+  else mount = findMountRoot(process.cwd());
+  if (mount === undefined) throw notInMountError(`the current directory (${process.cwd()})`);
+  const root = mount;
+  const stats = await readStats(root);
+  print(a, { mount: root, ...stats }, () => formatMountStats(root, stats));
+}
+
+async function warmupInMount(a: DualArgs & { targets: string[] }): Promise<void> {
+  if (a.data !== undefined) throw new UsageError('warmup loads files into the DRAM of a running mount; --data does not apply');
+  const targets = a.targets.map((t) => resolveTarget(t, a.mount));
+  // A bar only for a person watching: not into a pipe or a log, and never mixed with JSON.
+  const bar = process.stderr.isTTY && !a.json ? new SingleBar({
+    stream: process.stderr,
+    format: 'warmup [{bar}] {percentage}% | {done} of {size} | {files}/{totalFiles} files | {rate}',
+    barsize: 30,
+    hideCursor: true,
+    fps: 10,
+  }) : undefined;
+  const t0 = performance.now();
+  let started = false;
+  const payload = (p: WarmupProgress) => ({
+    done: formatBytes(p.bytes),
+    size: formatBytes(p.totalBytes),
+    files: p.files,
+    totalFiles: p.totalFiles,
+    rate: `${(p.bytes / Math.max(1e-3, (performance.now() - t0) / 1000) / 1e9).toFixed(2)} GB/s`,
+  });
+  const onProgress = (p: WarmupProgress) => {
+    if (!bar) return;
+    // The bar counts bytes; a set of empty files still needs a total above 0.
+    if (!started) bar.start(Math.max(1, p.totalBytes), 0, payload(p));
+    started = true;
+    bar.update(Math.min(p.bytes, Math.max(1, p.totalBytes)), payload(p));
+  };
+  const r = await warmup(targets, onProgress).finally(() => {
+    if (started) bar?.stop();
+  });
+  print(a, r, () => {
+    const others = Object.entries(r.tiers).filter(([t]) => t !== 'dram').map(([t, n]) => `${t} ${n}`);
+    const lines = [
+      `warmup: ${r.files} files, ${formatBytes(r.bytes)} read in ${r.readSeconds.toFixed(2)} s (${r.GBps.toFixed(2)} GB/s)`,
+      `in dram: ${r.inDram} of ${r.files}${others.length ? ` (also: ${others.join(', ')}; DRAM full or blocks too large to promote? see \`cascade stats\`)` : ''}`,
+    ];
+    for (const p of r.notInDram.slice(0, 10)) lines.push(`  not in dram: ${p}`);
+    if (r.files - r.inDram > 10) lines.push(`  ... and ${r.files - r.inDram - 10} more (--json lists up to ${r.notInDram.length})`);
+    if (r.vanished > 0) lines.push(`${r.vanished} file(s) were deleted while warming up`);
+    return lines.join('\n');
+  });
+  for (const e of r.errors) process.stderr.write(`cascade: ${e.path}: ${e.message}\n`);
+  if (r.errors.length > 0) throw new CascadeError('EIO', `${r.errors.length} file(s) could not be read`);
+}
+
+/** Help text shared by the commands that have both modes. */
+const MODES_EPILOG =
+  'Two modes. On a mount (default): PATH is a file under MOUNT/kv/, found through /proc/self/mounts, or with --mount MNT a name under MNT/kv/; ' +
+  'this talks to the running daemon through files and xattrs (needs getfattr/setfattr, Debian package "attr"). ' +
+  'Direct (with --data DIR): NAME is a store name <model>/<path...> in that data directory, opened by this process; ' +
+  'never point --data at a data directory that a running mount serves.';
+
 export function buildCli(argv: string[]) {
   return withStoreOptions(yargs(argv))
     .scriptName('cascade')
     .usage('$0 <command> [options]\n\nCascade: a tiered, content-addressed KV-cache store (DRAM in shared memory, disk segments), mounted as a filesystem.')
+    .epilog('stat, versions, pin, unpin and stats work on a mounted Cascade (PATH under MOUNT/kv/) or, with --data DIR, directly on a data directory (NAME <model>/<path...>); warmup needs a mount; put and get always use a data directory. `cascade <command> --help` for each.')
     .command(
       'mount <mountpoint>',
       'mount Cascade at <mountpoint> and serve it in the foreground until Ctrl-C, SIGTERM or `cascade unmount`',
@@ -270,48 +404,95 @@ export function buildCli(argv: string[]) {
         }),
     )
     .command(
-      'stat <name>',
-      'show version, sha256, size, tier and pin of <name>',
-      (y) => y.positional('name', { type: 'string', demandOption: true }).option('version', { type: 'number' }).option('at', { type: 'number' }),
+      'stat <target>',
+      'version, sha256, size, tier and pinned of a file: a PATH in a mount, or a NAME with --data DIR',
+      (y) =>
+        withMountOption(y)
+          .positional('target', { type: 'string', demandOption: true, describe: 'PATH of a file in a mount, or with --data a store name <model>/<path...>' })
+          .option('version', { type: 'number', describe: 'with --data: this version number' })
+          .option('at', { type: 'number', describe: 'with --data: the version current at this time (unix ms)' })
+          .example('$0 stat /mnt/cascade/kv/llama/r0/b0.bin', 'a file in a mount')
+          .example('$0 stat llama/r0/b0.bin --data $SCRATCH/cascade --version 1', 'a name in a data directory, no mount')
+          .epilog(MODES_EPILOG),
       (a) =>
-        withStore(a, async (store) => {
-          const s = await store.stat(a.name, selector(a));
-          print(a, s, () =>
-            [`name     ${s.name}`, `version  ${s.version}`, `sha256   ${s.sha256}`, `size     ${s.sizeBytes} (${formatBytes(s.sizeBytes)})`, `tier     ${s.tier}`, `pinned   ${s.pinned}`, `time     ${new Date(s.timeMs).toISOString()}`].join('\n'),
-          );
-        }),
+        a.data === undefined
+          ? statInMount(a)
+          : withStore(a, async (store) => {
+              const s = await store.stat(a.target, selector(a));
+              print(a, s, () =>
+                [`name     ${s.name}`, `version  ${s.version}`, `sha256   ${s.sha256}`, `size     ${s.sizeBytes} (${formatBytes(s.sizeBytes)})`, `tier     ${s.tier}`, `pinned   ${s.pinned}`, `time     ${formatTime(s.timeMs)}`].join('\n'),
+              );
+            }),
     )
     .command(
-      'versions <name>',
-      'list the retained versions of <name>',
-      (y) => y.positional('name', { type: 'string', demandOption: true }),
+      'versions <target>',
+      'list the retained versions of a file: a PATH in a mount, or a NAME with --data DIR',
+      (y) =>
+        withMountOption(y)
+          .positional('target', { type: 'string', demandOption: true, describe: 'PATH of a file in a mount, or with --data a store name' })
+          .example('$0 versions /mnt/cascade/kv/llama/r0/b0.bin', 'version, commit time, size, where to read it (MOUNT/.cascade/versions/...)')
+          .example('$0 versions llama/r0/b0.bin --data $SCRATCH/cascade', 'version, commit time, sha256, size')
+          .epilog(MODES_EPILOG),
       (a) =>
-        withStore(a, async (store) => {
-          const vs = await store.versions(a.name);
-          print(a, vs, () => vs.map((v) => `${v.version}\t${new Date(v.timeMs).toISOString()}\t${v.sha256}\t${v.sizeBytes}`).join('\n'));
-        }),
+        a.data === undefined
+          ? versionsInMount(a)
+          : withStore(a, async (store) => {
+              const vs = await store.versions(a.target);
+              print(a, vs, () => vs.map((v) => `${v.version}\t${formatTime(v.timeMs)}\t${v.sha256}\t${v.sizeBytes}`).join('\n'));
+            }),
     )
     .command(
-      'pin <names..>',
-      'pin the current content of names in DRAM as prefix blocks (never evicted; bounded by the pin quota)',
-      (y) => y.positional('names', { type: 'string', array: true, demandOption: true }),
-      (a) => withStore(a, async (store) => { for (const n of a.names as string[]) await store.pin(n); }),
-    )
-    .command(
-      'unpin <names..>',
-      'unpin names so their content may be evicted again',
-      (y) => y.positional('names', { type: 'string', array: true, demandOption: true }),
-      (a) => withStore(a, async (store) => { for (const n of a.names as string[]) await store.unpin(n); }),
-    )
-    .command(
-      'stats',
-      'tier occupancy, hits, dedup savings of a data directory',
-      (y) => y,
+      'pin <targets..>',
+      'pin files in DRAM as prefix blocks (never evicted; bounded by the pin quota): PATHs in a mount, or NAMEs with --data DIR',
+      (y) =>
+        withMountOption(y)
+          .positional('targets', { type: 'string', array: true, demandOption: true, describe: 'PATHs of files in a mount, or with --data store names' })
+          .example('$0 pin /mnt/cascade/kv/llama/sys/*.bin', 'sets user.cascade.pinned=1 on each')
+          .epilog(MODES_EPILOG),
       (a) =>
-        withStore(a, async (store) => {
+        a.data === undefined
+          ? pinInMount(a as DualArgs & { targets: string[] }, true)
+          : withStore(a, async (store) => { for (const n of a.targets as string[]) await store.pin(n); }),
+    )
+    .command(
+      'unpin <targets..>',
+      'unpin files so their content may be evicted again: PATHs in a mount, or NAMEs with --data DIR',
+      (y) =>
+        withMountOption(y)
+          .positional('targets', { type: 'string', array: true, demandOption: true, describe: 'PATHs of files in a mount, or with --data store names' })
+          .epilog(MODES_EPILOG),
+      (a) =>
+        a.data === undefined
+          ? pinInMount(a as DualArgs & { targets: string[] }, false)
+          : withStore(a, async (store) => { for (const n of a.targets as string[]) await store.unpin(n); }),
+    )
+    .command(
+      'stats [target]',
+      'tier occupancy, hits, dedup savings: of the mount holding PATH (default: the current directory, or --mount MNT), or of --data DIR',
+      (y) =>
+        withMountOption(y)
+          .positional('target', { type: 'string', describe: 'any path in a mount (default: the current directory)' })
+          .example('$0 stats --mount /mnt/cascade --json', 'MOUNT/.cascade/stats.json, parsed')
+          .example('$0 stats --data $SCRATCH/cascade', 'a data directory, no mount')
+          .epilog(MODES_EPILOG),
+      (a) => {
+        if (a.data === undefined) return statsInMount(a);
+        if (a.target !== undefined) throw new UsageError('stats --data DIR takes no PATH');
+        return withStore(a, async (store) => {
           const stats = await store.stats();
           print(a, stats, () => formatStats(stats));
-        }),
+        });
+      },
+    )
+    .command(
+      'warmup <targets..>',
+      'load files of a mount into its DRAM tier by reading them whole (directories recursively), then report how many are in DRAM',
+      (y) =>
+        withMountOption(y)
+          .positional('targets', { type: 'string', array: true, demandOption: true, describe: 'files or directories under MOUNT/kv/ (the mount root means all of MOUNT/kv)' })
+          .example('$0 warmup /mnt/cascade/kv/llama-3-8b', 'before a job starts: its KV blocks come from DRAM, not disk')
+          .epilog('Needs a running mount: DRAM belongs to its daemon (--data does not apply). A progress bar goes to stderr when it is a terminal and --json is not given. Exit 1 if a file could not be read.'),
+      (a) => warmupInMount(a as DualArgs & { targets: string[] }),
     )
     .version(false) // `--version N` selects a block version; the package version is not a CLI concern
     .demandCommand(1, 'name a command; see --help')
@@ -330,6 +511,10 @@ export async function main(argv: string[]): Promise<number> {
     await buildCli(argv).parseAsync();
     return 0;
   } catch (e) {
+    if (e instanceof UsageError) {
+      process.stderr.write(`cascade: ${e.message}\n\nRun 'cascade --help' for usage.\n`);
+      return 2;
+    }
     // Typed errors are the user's to fix: say what and exit 1. Anything else is a bug: show the stack.
     if (isCascadeError(e)) {
       process.stderr.write(`cascade: ${e.message}\n`);

@@ -254,6 +254,13 @@ describe('CascadeFs (no kernel)', function () {
     await rejectsWith(() => fs.open('/.cascade/versions/kv/m/v/1', O_WRONLY), 'EROFS');
     const stats = JSON.parse((await readFile(fs, '/.cascade/stats.json')).toString());
     assert.ok(Array.isArray(stats.tiers));
+    await writeFile(fs, '/kv/m/w', Buffer.from('three'));
+    await new Promise((r) => setTimeout(r, 150));
+    const h = await fs.open('/.cascade/stats.json', O_RDONLY);
+    const fresh = Buffer.alloc(1 << 16);
+    const n = await fs.read(h, fresh, 0);
+    await fs.release(h);
+    assert.equal(JSON.parse(fresh.subarray(0, n).toString()).versions, stats.versions + 1, 'an open sees a fresh snapshot');
   });
 
   it('over capacity: ENOSPC at close, the old version intact', async () => {
