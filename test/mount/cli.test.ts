@@ -3,15 +3,15 @@
  * (a `cascade mount` daemon in a child process, as in mount.test.ts) through files and xattrs.
  */
 import { strict as assert } from 'node:assert';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { defaultDataDir } from '../../mount/defaults';
 import { formatBytes, parseSize } from '../../mount/size';
 import { rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
+import { canMount, CLI, Daemon, isMounted } from './daemon';
 
-const CLI = path.join(__dirname, '..', '..', 'mount', 'cli.js');
 
 function cascade(args: string[], input?: Buffer, cwd?: string) {
   const r = spawnSync(process.execPath, [CLI, ...args], { input, cwd, maxBuffer: 64 << 20 });
@@ -97,57 +97,6 @@ describe('cascade CLI (direct data-directory access)', function () {
 
 // ---- the CLI on a real mount ----
 
-function canMount(): boolean {
-  return process.getuid?.() === 0 && fs.existsSync('/dev/fuse') && spawnSync('which', ['fusermount']).status === 0 && spawnSync('which', ['getfattr']).status === 0;
-}
-
-function isMounted(mnt: string): boolean {
-  return fs.readFileSync('/proc/mounts', 'utf8').split('\n').some((l) => l.split(' ')[1] === mnt);
-}
-
-/** `cascade mount` in a child process (as in mount.test.ts); stop() always leaves the mountpoint unmounted. */
-class Daemon {
-  proc: ChildProcess | undefined;
-  stderr = '';
-  constructor(
-    readonly mnt: string,
-    readonly data: string,
-    readonly extra: string[] = [],
-  ) {}
-
-  async start(): Promise<void> {
-    this.stderr = '';
-    const proc = spawn(process.execPath, [CLI, 'mount', this.mnt, '--data', this.data, '--dram', '64M', ...this.extra], { stdio: ['ignore', 'ignore', 'pipe'] });
-    this.proc = proc;
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`mount did not come up: ${this.stderr}`)), 20_000);
-      proc.stderr!.on('data', (d: Buffer) => {
-        this.stderr += d.toString();
-        if (this.stderr.includes('cascade: mounted')) {
-          clearTimeout(timer);
-          resolve();
-        }
-      });
-      proc.on('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`daemon exited (${code}): ${this.stderr}`));
-      });
-    });
-  }
-
-  async stop(): Promise<void> {
-    const proc = this.proc;
-    this.proc = undefined;
-    if (proc && proc.exitCode === null && proc.signalCode === null) {
-      const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-      proc.kill('SIGTERM');
-      await Promise.race([exited, new Promise<void>((r) => setTimeout(r, 20_000))]);
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
-    }
-    if (isMounted(this.mnt)) spawnSync('fusermount', ['-uz', this.mnt]);
-  }
-}
-
 /** An xattr read with getfattr, independently of the CLI under test. */
 function getfattr(file: string, name: string): string {
   const r = spawnSync('getfattr', ['--only-values', '-n', name, file]);
@@ -178,7 +127,7 @@ describe('cascade CLI on a mount (real FUSE mount)', function () {
   let daemon: Daemon | undefined;
 
   before(async function () {
-    if (!canMount()) this.skip();
+    if (!canMount(['fusermount', 'getfattr'])) this.skip();
     root = tmpDir('cli-mount');
     mnt = path.join(root, 'mnt');
     fs.mkdirSync(mnt);

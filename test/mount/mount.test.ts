@@ -3,65 +3,11 @@
  * (cp, dd, cat, sha256sum, setfattr/getfattr, python3). Every test leaves no mount and no process.
  */
 import { strict as assert } from 'node:assert';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
-
-const CLI = path.join(__dirname, '..', '..', 'mount', 'cli.js');
-
-function canMount(): boolean {
-  return process.getuid?.() === 0 && fs.existsSync('/dev/fuse') && spawnSync('which', ['fusermount']).status === 0;
-}
-
-function isMounted(mnt: string): boolean {
-  return fs.readFileSync('/proc/mounts', 'utf8').split('\n').some((l) => l.split(' ')[1] === mnt);
-}
-
-class Daemon {
-  proc: ChildProcess | undefined;
-  stderr = '';
-  constructor(
-    readonly mnt: string,
-    readonly data: string,
-    readonly extra: string[] = [],
-  ) {}
-
-  async start(): Promise<void> {
-    this.stderr = '';
-    this.proc = spawn(process.execPath, [CLI, 'mount', this.mnt, '--data', this.data, '--dram', '64M', ...this.extra], { stdio: ['ignore', 'ignore', 'pipe'] });
-    const proc = this.proc;
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`mount did not come up: ${this.stderr}`)), 20_000);
-      proc.stderr!.on('data', (d: Buffer) => {
-        this.stderr += d.toString();
-        if (this.stderr.includes('mounted')) {
-          clearTimeout(timer);
-          resolve();
-        }
-      });
-      proc.on('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`daemon exited (${code}): ${this.stderr}`));
-      });
-    });
-  }
-
-  /** SIGTERM (a clean unmount) or SIGKILL (a crash); always leaves the mountpoint unmounted. */
-  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
-    const proc = this.proc;
-    this.proc = undefined;
-    let code: number | null = null;
-    if (proc && proc.exitCode === null && proc.signalCode === null) {
-      const exited = new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
-      proc.kill(signal);
-      code = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
-    }
-    if (isMounted(this.mnt)) spawnSync('fusermount', ['-uz', this.mnt]);
-    return code;
-  }
-}
+import { canMount, Daemon, isMounted } from './daemon';
 
 /** Run a command against the mount; the daemon is another process, so a synchronous spawn is fine. */
 function sh(cmd: string, input?: Buffer): { code: number; stdout: Buffer; stderr: string } {

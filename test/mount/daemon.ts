@@ -1,0 +1,63 @@
+/**
+ * `cascade mount` in a child process, for real-mount tests. The daemon must be another process: a
+ * synchronous tool run against a FUSE mount served by our own event loop would deadlock.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+
+export const CLI = path.join(__dirname, '..', '..', 'mount', 'cli.js');
+
+/** Root, /dev/fuse and the named tools: otherwise real-mount tests skip. */
+export function canMount(tools: string[] = ['fusermount']): boolean {
+  return process.getuid?.() === 0 && fs.existsSync('/dev/fuse') && tools.every((t) => spawnSync('which', [t]).status === 0);
+}
+
+export function isMounted(mnt: string): boolean {
+  return fs.readFileSync('/proc/mounts', 'utf8').split('\n').some((l) => l.split(' ')[1] === mnt);
+}
+
+export class Daemon {
+  proc: ChildProcess | undefined;
+  stderr = '';
+  constructor(
+    readonly mnt: string,
+    readonly data: string,
+    readonly extra: string[] = [],
+  ) {}
+
+  async start(): Promise<void> {
+    this.stderr = '';
+    const proc = spawn(process.execPath, [CLI, 'mount', this.mnt, '--data', this.data, '--dram', '64M', ...this.extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+    this.proc = proc;
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`mount did not come up: ${this.stderr}`)), 20_000);
+      proc.stderr!.on('data', (d: Buffer) => {
+        this.stderr += d.toString();
+        if (this.stderr.includes('cascade: mounted')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      proc.on('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`daemon exited (${code}): ${this.stderr}`));
+      });
+    });
+  }
+
+  /** SIGTERM (a clean unmount) or SIGKILL (a crash); always leaves the mountpoint unmounted. */
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+    const proc = this.proc;
+    this.proc = undefined;
+    let code: number | null = null;
+    if (proc && proc.exitCode === null && proc.signalCode === null) {
+      const exited = new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
+      proc.kill(signal);
+      code = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    }
+    if (isMounted(this.mnt)) spawnSync('fusermount', ['-uz', this.mnt]);
+    return code;
+  }
+}
