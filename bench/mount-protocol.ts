@@ -1,0 +1,131 @@
+/**
+ * What the mount benchmark driver (mount-bench.ts) and one trial process (mount-trial.ts) exchange: the
+ * trial's arguments as one JSON argv string, its raw samples as one JSON line on stdout. The driver
+ * computes every statistic in one place, as the store benchmark does (protocol.ts).
+ */
+import type { CheckValue } from './protocol';
+
+export type { CheckValue } from './protocol';
+
+export const MOUNT_TRIAL_KINDS = ['hot-read', 'blocks', 'cold-read', 'write', 'meta'] as const;
+export type MountTrialKind = (typeof MOUNT_TRIAL_KINDS)[number];
+
+/**
+ * The systems under test. `cascade` mounts with direct_io (the default), `cascade-kc` with
+ * `--kernel-cache`. `bindfs` is bindfs over a private tmpfs, `tmpfs` that tmpfs read directly. The cold
+ * trials need a disk under the peers: `bindfs-disk` is bindfs over a directory on the disk, `disk` that
+ * directory read directly.
+ */
+export const SYSTEMS = ['cascade', 'cascade-kc', 'bindfs', 'tmpfs', 'bindfs-disk', 'disk'] as const;
+export type SystemName = (typeof SYSTEMS)[number];
+
+export interface MountTrialArgs {
+  kind: MountTrialKind;
+  system: SystemName;
+  /** File size of the trial's blocks; 0 for `meta` (small files). */
+  blockBytes: number;
+  warmups: number;
+  runs: number;
+  /**
+   * Files in the working set: rotated over by hot-read, read per run by blocks, created for meta
+   * (stat passes go over all of them, open+close over the first META_OPEN_FILES).
+   */
+  files: number;
+  /** open+close iterations per run (meta only; 0 elsewhere). */
+  iterations: number;
+  /** A directory the driver created for this trial and removes after it (even if the trial crashes). */
+  scratchDir: string;
+}
+
+/** Files open+close cycles over in the meta trial. */
+export const META_OPEN_FILES = 100;
+/** Bytes in each meta trial file (small: the trial measures metadata, not data). */
+export const META_FILE_BYTES = 4096;
+
+export type FigureUnit = 'GB/s' | 'ops/s';
+
+/** One measured operation: every timed run, warm-ups excluded. */
+export interface MountFigureSamples {
+  /** Short id used in tables, e.g. 'read', 'blocks/s', 'write', 'open+close', 'stat-uncached'. */
+  figure: string;
+  /** What exactly was timed, in words. */
+  label: string;
+  /** What the figure is reported in: GB/s (bytesPerRun / time) or ops/s (opsPerRun / time). */
+  unit: FigureUnit;
+  bytesPerRun: number;
+  opsPerRun: number;
+  timesMs: number[];
+}
+
+export interface MountTrialResult {
+  kind: MountTrialKind;
+  system: SystemName;
+  blockBytes: number;
+  warmups: number;
+  runs: number;
+  figures: MountFigureSamples[];
+  /** Sanity checks and facts observed by the trial (content verified, store hit counters, ...). */
+  checks: Record<string, CheckValue>;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+function isKind(v: unknown): v is MountTrialKind {
+  return typeof v === 'string' && (MOUNT_TRIAL_KINDS as readonly string[]).includes(v);
+}
+
+function isSystem(v: unknown): v is SystemName {
+  return typeof v === 'string' && (SYSTEMS as readonly string[]).includes(v);
+}
+
+export function parseMountTrialArgs(text: string): MountTrialArgs {
+  const v: unknown = JSON.parse(text);
+  if (!isRecord(v)) throw new Error('trial args: expected a JSON object');
+  const { kind, system, blockBytes, warmups, runs, files, iterations, scratchDir } = v;
+  if (!isKind(kind)) throw new Error(`trial args: unknown kind ${String(kind)}`);
+  if (!isSystem(system)) throw new Error(`trial args: unknown system ${String(system)}`);
+  if (!isCount(blockBytes) || (kind !== 'meta' && blockBytes === 0)) throw new Error('trial args: blockBytes must be a positive integer');
+  if (!isCount(warmups) || !isCount(runs) || runs === 0) throw new Error('trial args: warmups/runs must be counts, runs >= 1');
+  if (!isCount(files) || files === 0 || !isCount(iterations)) throw new Error('trial args: files must be >= 1, iterations a count');
+  if (typeof scratchDir !== 'string' || scratchDir.length === 0) throw new Error('trial args: scratchDir is required');
+  return { kind, system, blockBytes, warmups, runs, files, iterations, scratchDir };
+}
+
+function isFigure(v: unknown): v is MountFigureSamples {
+  return (
+    isRecord(v) &&
+    typeof v.figure === 'string' &&
+    typeof v.label === 'string' &&
+    (v.unit === 'GB/s' || v.unit === 'ops/s') &&
+    isCount(v.bytesPerRun) &&
+    isCount(v.opsPerRun) &&
+    Array.isArray(v.timesMs) &&
+    v.timesMs.length > 0 &&
+    v.timesMs.every((t) => typeof t === 'number' && Number.isFinite(t) && t > 0)
+  );
+}
+
+function isCheckValue(v: unknown): v is CheckValue {
+  return v === null || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
+}
+
+export function parseMountTrialResult(line: string): MountTrialResult {
+  const v: unknown = JSON.parse(line);
+  if (!isRecord(v)) throw new Error('trial result: expected a JSON object');
+  const { kind, system, blockBytes, warmups, runs, figures, checks } = v;
+  if (!isKind(kind) || !isSystem(system) || !isCount(blockBytes) || !isCount(warmups) || !isCount(runs)) {
+    throw new Error('trial result: bad kind/system/blockBytes/warmups/runs');
+  }
+  if (!Array.isArray(figures) || !figures.every(isFigure)) throw new Error('trial result: bad figures');
+  if (!isRecord(checks)) throw new Error('trial result: bad checks');
+  const checked: Record<string, CheckValue> = {};
+  for (const [k, c] of Object.entries(checks)) {
+    if (!isCheckValue(c)) throw new Error(`trial result: check ${k} is not a scalar`);
+    checked[k] = c;
+  }
+  return { kind, system, blockBytes, warmups, runs, figures, checks: checked };
+}

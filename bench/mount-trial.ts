@@ -1,0 +1,624 @@
+/**
+ * One mount benchmark trial, in a process of its own: it starts its system (a Cascade daemon, bindfs
+ * over a private tmpfs or over a disk directory, a raw tmpfs or disk directory), runs one workload
+ * against it with plain synchronous file I/O, stops the system and prints one JSON line
+ * (MountTrialResult) on stdout. Usage: node dist/bench/mount-trial.js '<MountTrialArgs JSON>'.
+ *
+ * The readers and writers are this process; the filesystem daemons are children of it, so a daemon's
+ * event loop (which serves FUSE) never competes with the reader's own JS. Reads go into one
+ * pre-allocated, pre-touched buffer with 1 MiB read calls; writes are 1 MiB write calls; every file
+ * holds content no other file has (Cascade deduplicates identical content).
+ */
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { MiB } from '../store/constants';
+import {
+  META_FILE_BYTES,
+  META_OPEN_FILES,
+  parseMountTrialArgs,
+  type CheckValue,
+  type MountFigureSamples,
+  type MountTrialArgs,
+  type MountTrialResult,
+  type SystemName,
+} from './mount-protocol';
+import {
+  BindfsMount,
+  CascadeDaemon,
+  checkInterrupted,
+  delay,
+  dropPageCache,
+  installInterruptHandlers,
+  Interrupted,
+  mountTmpfs,
+  wasInterrupted,
+  residentBytes,
+  trialLayout,
+  unmountTmpfs,
+  type TrialLayout,
+} from './mount-systems';
+
+/** One read or write call moves at most this much (what `cp`/`dd bs=1M` would do). */
+const IO_CHUNK_BYTES = 1 * MiB;
+/** Bytes at the head of each file that make its content unique (id + random). */
+const UNIQUE_HEADER_BYTES = 32;
+/**
+ * libfuse 2's default entry and attribute timeouts are 1 s (fuse-native and bindfs keep them): after
+ * this long every stat of a FUSE file goes to the daemon again (LOOKUP).
+ */
+const FUSE_CACHE_EXPIRY_MS = 1100;
+/** The store's DRAM tier allocates in 64 KiB pages (DRAM_PAGE_BYTES_DEFAULT). */
+const DRAM_PAGE_BYTES = 64 * 1024;
+/** DRAM beyond the working set (small files, rounding); prefaulting costs ~0.4 s per GiB here. */
+const DRAM_SLACK_BYTES = 192 * MiB;
+
+function clockMs(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
+}
+
+const sha256Hex = (data: Uint8Array) => crypto.createHash('sha256').update(data).digest('hex');
+
+/** Between runs (untimed): let signal handlers run, stop if one asked to. */
+async function betweenRuns(): Promise<void> {
+  await new Promise<void>((resolve) => setImmediate(resolve));
+  checkInterrupted();
+}
+
+/** Runs `op` warmups + runs times back to back; keeps the counted runs' times (op returns its own). */
+async function sample(args: MountTrialArgs, op: (run: number) => number | Promise<number>): Promise<number[]> {
+  const timesMs: number[] = [];
+  for (let run = 0; run < args.warmups + args.runs; run++) {
+    const t = await op(run);
+    if (run >= args.warmups) timesMs.push(t);
+    await betweenRuns();
+  }
+  return timesMs;
+}
+
+// ---- file I/O -------------------------------------------------------------------------------------
+
+/**
+ * open, read to EOF in 1 MiB calls into `target` (which has IO_CHUNK_BYTES of room past the expected
+ * size, so the final zero-byte read fits), close. Returns the bytes read.
+ */
+function readWhole(file: string, target: Buffer): number {
+  const fd = fs.openSync(file, 'r');
+  try {
+    let done = 0;
+    for (;;) {
+      const n = fs.readSync(fd, target, done, Math.min(IO_CHUNK_BYTES, target.length - done), done);
+      if (n === 0) return done;
+      done += n;
+      if (done === target.length) throw new Error(`${file} is larger than the ${target.length - IO_CHUNK_BYTES} bytes expected`);
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** open(O_WRONLY|O_CREAT|O_TRUNC), write in 1 MiB calls, optionally fsync, close. */
+function writeWhole(file: string, data: Buffer, fsync = false): void {
+  const fd = fs.openSync(file, 'w');
+  try {
+    for (let done = 0; done < data.length; ) {
+      done += fs.writeSync(fd, data, done, Math.min(IO_CHUNK_BYTES, data.length - done), done);
+    }
+    if (fsync) fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** Makes `content` unique to `id` (in place) and returns its SHA-256: one random buffer serves every file. */
+function makeUnique(content: Buffer, id: number): string {
+  content.writeUInt32LE(id, 0);
+  crypto.randomFillSync(content, 4, UNIQUE_HEADER_BYTES - 4);
+  return sha256Hex(content);
+}
+
+function randomContent(sizeBytes: number): Buffer {
+  return crypto.randomFillSync(Buffer.allocUnsafe(sizeBytes));
+}
+
+/** A reader's buffer: allocated and touched once (zero-filled), so page faults are never timed. */
+function readTarget(blockBytes: number): Buffer {
+  return Buffer.alloc(blockBytes + IO_CHUNK_BYTES);
+}
+
+const fileName = (dir: string, i: number) => path.join(dir, `f-${String(i).padStart(5, '0')}.bin`);
+
+// ---- systems --------------------------------------------------------------------------------------
+
+interface BenchSystem {
+  name: SystemName;
+  /** Where the trial's files go (MOUNT/kv/bench for Cascade: files live under kv/<model>/). */
+  workDir: string;
+  /** A FUSE mount (its kernel entry/attribute caches expire after 1 s). */
+  fuse: boolean;
+  /**
+   * Drops the page cache that a cold read of `file` could be served from: the backing files (disk
+   * segments, the source file under bindfs, the file itself) and the file through the mount.
+   * Returns the backing files, whose residency is then checked with fincore.
+   */
+  dropForColdRead(file: string): string[];
+  /**
+   * Waits (untimed) until background work caused by writing `contentBytes` in total is done (Cascade:
+   * the write-back to the disk tier), so that it does not compete with what is timed next. Returns ms.
+   */
+  settle(contentBytes: number): Promise<number>;
+  /** Empties what the system holds in memory itself (Cascade: restart, so DRAM is empty). */
+  restart(): Promise<void>;
+  /** Store counters etc. (Cascade only). */
+  stats(): Promise<Record<string, CheckValue>>;
+  facts(): Record<string, CheckValue>;
+  close(): Promise<void>;
+  /** For the exit handler, when close() could not run. */
+  closeNowSync(): void;
+}
+
+function cliPath(): string {
+  const p = path.join(__dirname, '..', 'mount', 'cli.js');
+  if (!fs.existsSync(p)) throw new Error(`${p} is missing: build first (npx tsc -p tsconfig.json)`);
+  return p;
+}
+
+async function cascadeSystem(name: SystemName, layout: TrialLayout, dramBytes: number): Promise<BenchSystem> {
+  const daemon = new CascadeDaemon(layout, { cliPath: cliPath(), kernelCache: name === 'cascade-kc', dramBytes });
+  await daemon.start();
+  const workDir = path.join(layout.mountDir, 'kv', 'bench');
+  fs.mkdirSync(workDir, { recursive: true });
+  return {
+    name,
+    workDir,
+    fuse: true,
+    dropForColdRead(file) {
+      const segments = daemon.segmentFiles();
+      for (const s of segments) dropPageCache(s);
+      dropPageCache(file);
+      return segments;
+    },
+    settle: (contentBytes) => daemon.settle(contentBytes),
+    async restart() {
+      await daemon.stop();
+      await daemon.start();
+    },
+    stats: () => daemon.freshStats(),
+    facts: () => ({
+      dramBytes,
+      kernelCache: name === 'cascade-kc',
+      daemonStartMs: daemon.startTimesMs.map((t) => t.toFixed(0)).join(','),
+      daemonStopMs: daemon.stopTimesMs.map((t) => t.toFixed(0)).join(','),
+      daemonPids: daemon.pids.join(','),
+      segmentFiles: daemon.segmentFiles().length,
+      daemonLogUnexpectedLines: daemon.unexpectedLogLines().length,
+      daemonLogFirstUnexpected: daemon.unexpectedLogLines()[0]?.slice(0, 300) ?? null,
+    }),
+    close: () => daemon.stop(),
+    closeNowSync: () => daemon.stopNowSync(),
+  };
+}
+
+async function bindfsSystem(name: SystemName, layout: TrialLayout): Promise<BenchSystem> {
+  const onDisk = name === 'bindfs-disk';
+  const sourceDir = onDisk ? layout.diskDir : layout.tmpfsDir;
+  if (onDisk) fs.mkdirSync(sourceDir, { recursive: true });
+  else mountTmpfs(sourceDir);
+  const bindfs = new BindfsMount(layout, sourceDir);
+  try {
+    await bindfs.start();
+  } catch (e) {
+    if (!onDisk) unmountTmpfs(sourceDir);
+    throw e;
+  }
+  const workDir = path.join(layout.mountDir, 'kv', 'bench');
+  fs.mkdirSync(workDir, { recursive: true });
+  return {
+    name,
+    workDir,
+    fuse: true,
+    dropForColdRead(file) {
+      const backing = path.join(sourceDir, path.relative(layout.mountDir, file));
+      dropPageCache(backing);
+      dropPageCache(file);
+      return [backing];
+    },
+    settle: async () => 0,
+    async restart() {
+      await bindfs.stop();
+      await bindfs.start();
+    },
+    stats: async () => ({}),
+    facts: () => ({ bindfsSource: onDisk ? 'disk directory' : 'private tmpfs' }),
+    async close() {
+      try {
+        await bindfs.stop();
+      } finally {
+        if (!onDisk) unmountTmpfs(sourceDir);
+      }
+    },
+    closeNowSync() {
+      bindfs.stopNowSync();
+      if (!onDisk) unmountTmpfs(sourceDir);
+    },
+  };
+}
+
+function rawSystem(name: SystemName, layout: TrialLayout): BenchSystem {
+  const onDisk = name === 'disk';
+  if (!onDisk) mountTmpfs(layout.tmpfsDir);
+  const workDir = path.join(onDisk ? layout.diskDir : layout.tmpfsDir, 'kv', 'bench');
+  fs.mkdirSync(workDir, { recursive: true });
+  return {
+    name,
+    workDir,
+    fuse: false,
+    dropForColdRead(file) {
+      dropPageCache(file);
+      return [file];
+    },
+    settle: async () => 0,
+    restart: async () => undefined,
+    stats: async () => ({}),
+    facts: () => ({}),
+    close: async () => (onDisk ? undefined : unmountTmpfs(layout.tmpfsDir)),
+    closeNowSync: () => (onDisk ? undefined : unmountTmpfs(layout.tmpfsDir)),
+  };
+}
+
+async function openSystem(args: MountTrialArgs, layout: TrialLayout): Promise<BenchSystem> {
+  switch (args.system) {
+    case 'cascade':
+    case 'cascade-kc':
+      return cascadeSystem(args.system, layout, dramBytesFor(args));
+    case 'bindfs':
+    case 'bindfs-disk':
+      return bindfsSystem(args.system, layout);
+    case 'tmpfs':
+    case 'disk':
+      return rawSystem(args.system, layout);
+  }
+}
+
+/** Bytes of file content the trial keeps in the store at once. */
+function workingSetBytes(args: MountTrialArgs): number {
+  const footprint = Math.ceil(Math.max(args.blockBytes, META_FILE_BYTES) / DRAM_PAGE_BYTES) * DRAM_PAGE_BYTES;
+  switch (args.kind) {
+    case 'hot-read':
+    case 'blocks':
+    case 'meta':
+      return args.files * footprint;
+    case 'cold-read':
+      return (args.warmups + args.runs) * footprint;
+    case 'write':
+      return 2 * (args.warmups + args.runs) * footprint; // two figures, each with its own files
+  }
+}
+
+/**
+ * The DRAM tier holds the whole working set (hot means in DRAM), with slack; sized per trial because
+ * the daemon prefaults its arena at start (2 GiB took 4.5 s here).
+ */
+function dramBytesFor(args: MountTrialArgs): number {
+  const bytes = workingSetBytes(args) * 1.1 + DRAM_SLACK_BYTES;
+  return Math.ceil(bytes / (64 * MiB)) * 64 * MiB;
+}
+
+// ---- workloads ------------------------------------------------------------------------------------
+
+interface TrialOutput {
+  figures: MountFigureSamples[];
+  checks: Record<string, CheckValue>;
+}
+
+/** Writes `count` files of unique content under dir; returns their SHA-256s. */
+function writeFiles(dir: string, count: number, blockBytes: number, fsync = false): string[] {
+  const content = randomContent(blockBytes);
+  const shas: string[] = [];
+  for (let i = 0; i < count; i++) {
+    shas.push(makeUnique(content, i));
+    writeWhole(fileName(dir, i), content, fsync);
+  }
+  return shas;
+}
+
+/**
+ * Hot whole-block reads: files written, each read twice untimed (Cascade: in DRAM since the write;
+ * --kernel-cache and the peers: in the page cache), then each run opens one file (rotating over the
+ * set), reads it whole, closes it.
+ */
+async function hotReadTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialOutput> {
+  const dir = path.join(sys.workDir, 'hot');
+  fs.mkdirSync(dir);
+  const shas = writeFiles(dir, args.files, args.blockBytes);
+  const settleMs = await sys.settle(args.files * args.blockBytes);
+  const target = readTarget(args.blockBytes);
+  let verified = true;
+  for (let pass = 0; pass < 2; pass++) {
+    for (let i = 0; i < args.files; i++) {
+      const n = readWhole(fileName(dir, i), target);
+      verified &&= n === args.blockBytes && sha256Hex(target.subarray(0, n)) === shas[i];
+    }
+  }
+  const timesMs = await sample(args, (run) => {
+    const i = run % args.files;
+    const t0 = clockMs();
+    const n = readWhole(fileName(dir, i), target);
+    const t = clockMs() - t0;
+    verified &&= n === args.blockBytes && sha256Hex(target.subarray(0, n)) === shas[i]; // untimed
+    return t;
+  });
+  return {
+    figures: [
+      {
+        figure: 'read',
+        label: `open + read whole file (1 MiB reads into a pre-touched buffer, to EOF) + close, rotating over ${args.files} hot files`,
+        unit: 'GB/s',
+        bytesPerRun: args.blockBytes,
+        opsPerRun: 1,
+        timesMs,
+      },
+    ],
+    checks: { contentVerified: verified, files: args.files, settleMs: Math.round(settleMs) },
+  };
+}
+
+/** Block rate: each run opens, reads whole and closes every one of `files` hot 2 MiB files. */
+async function blocksTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialOutput> {
+  const dir = path.join(sys.workDir, 'blocks');
+  fs.mkdirSync(dir);
+  const shas = writeFiles(dir, args.files, args.blockBytes);
+  const settleMs = await sys.settle(args.files * args.blockBytes);
+  const target = readTarget(args.blockBytes);
+  let verified = true;
+  for (let pass = 0; pass < 2; pass++) {
+    for (let i = 0; i < args.files; i++) verified &&= readWhole(fileName(dir, i), target) === args.blockBytes;
+  }
+  const timesMs = await sample(args, () => {
+    let short = 0;
+    const t0 = clockMs();
+    for (let i = 0; i < args.files; i++) if (readWhole(fileName(dir, i), target) !== args.blockBytes) short++;
+    const t = clockMs() - t0;
+    verified &&= short === 0 && sha256Hex(target.subarray(0, args.blockBytes)) === shas[args.files - 1]; // the last file read
+    return t;
+  });
+  return {
+    figures: [
+      {
+        figure: 'blocks/s',
+        label: `open + read whole + close of each of ${args.files} hot files, back to back`,
+        unit: 'ops/s',
+        bytesPerRun: args.files * args.blockBytes,
+        opsPerRun: args.files,
+        timesMs,
+      },
+    ],
+    checks: { contentVerified: verified, files: args.files, settleMs: Math.round(settleMs) },
+  };
+}
+
+/**
+ * Cold reads: files written (and fsynced), the system restarted (Cascade: DRAM empty, everything on the
+ * disk tier), then before each run the page cache of every backing file and of the file through the
+ * mount is dropped; each run reads a file not read before.
+ */
+async function coldReadTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialOutput> {
+  const dir = path.join(sys.workDir, 'cold');
+  fs.mkdirSync(dir);
+  const count = args.warmups + args.runs;
+  const shas = writeFiles(dir, count, args.blockBytes, true);
+  await sys.restart();
+  const target = readTarget(args.blockBytes);
+  let verified = true;
+  let maxResidentAfterDrop = 0;
+  let residencyKnown = true;
+  let backingFiles = 0;
+  const timesMs = await sample(args, (run) => {
+    const file = fileName(dir, run);
+    const backing = sys.dropForColdRead(file);
+    backingFiles = backing.length;
+    for (const b of backing) {
+      const res = residentBytes(b);
+      if (res === null) residencyKnown = false;
+      else maxResidentAfterDrop = Math.max(maxResidentAfterDrop, res);
+    }
+    const t0 = clockMs();
+    const n = readWhole(file, target);
+    const t = clockMs() - t0;
+    verified &&= n === args.blockBytes && sha256Hex(target.subarray(0, n)) === shas[run];
+    return t;
+  });
+  return {
+    figures: [
+      {
+        figure: 'read',
+        label: 'open + read whole file + close; first read of the file since a restart, page cache of backing files and of the file dropped before each run',
+        unit: 'GB/s',
+        bytesPerRun: args.blockBytes,
+        opsPerRun: 1,
+        timesMs,
+      },
+    ],
+    checks: {
+      contentVerified: verified,
+      dropMethod: 'dd iflag=nocache count=0 (posix_fadvise DONTNEED)',
+      backingFilesDropped: backingFiles,
+      maxResidentBytesAfterDrop: residencyKnown ? maxResidentAfterDrop : null,
+    },
+  };
+}
+
+/**
+ * Unique writes: each run creates a new file (open O_WRONLY|O_CREAT|O_TRUNC), writes new content in
+ * 1 MiB calls and closes it; close() is where Cascade commits (hash, DRAM), so it is timed.
+ * `write`: every run starts with the daemon idle (the previous file's write-back to disk done, untimed),
+ * like the store benchmark's put. `write-stream`: runs back to back, so the write-back of earlier files
+ * competes with the next write for the two cores (stricter; what a writer that never pauses sees).
+ */
+async function writeTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialOutput> {
+  const dir = path.join(sys.workDir, 'write');
+  fs.mkdirSync(dir);
+  const content = randomContent(args.blockBytes);
+  const shas: string[] = [];
+  let settleMs = 0;
+  const timedWrite = (i: number) => {
+    shas[i] = makeUnique(content, i); // untimed
+    const t0 = clockMs();
+    writeWhole(fileName(dir, i), content);
+    return clockMs() - t0;
+  };
+  const perFigure = args.warmups + args.runs;
+  const idleMs = await sample(args, async (run) => {
+    settleMs += await sys.settle(run * args.blockBytes);
+    return timedWrite(run);
+  });
+  settleMs += await sys.settle(perFigure * args.blockBytes);
+  const streamMs = await sample(args, (run) => timedWrite(perFigure + run));
+  const target = readTarget(args.blockBytes);
+  let verified = true;
+  for (const i of [0, perFigure - 1, perFigure, shas.length - 1]) {
+    const n = readWhole(fileName(dir, i), target);
+    verified &&= n === args.blockBytes && sha256Hex(target.subarray(0, n)) === shas[i];
+  }
+  const what = 'open(O_WRONLY|O_CREAT|O_TRUNC) of a new file + 1 MiB writes of new content + close (Cascade commits at close)';
+  return {
+    figures: [
+      { figure: 'write', label: `${what}; daemon idle before each run`, unit: 'GB/s', bytesPerRun: args.blockBytes, opsPerRun: 1, timesMs: idleMs },
+      {
+        figure: 'write-stream',
+        label: `${what}; back to back, earlier files' write-back running behind`,
+        unit: 'GB/s',
+        bytesPerRun: args.blockBytes,
+        opsPerRun: 1,
+        timesMs: streamMs,
+      },
+    ],
+    checks: { contentVerified: verified, settleMs: Math.round(settleMs) },
+  };
+}
+
+/**
+ * Metadata: open(O_RDONLY)+close of existing small files (`iterations` per run, cycling over
+ * META_OPEN_FILES), then stat of every one of `files` files once its kernel cache has expired
+ * (stat-uncached: one LOOKUP each on a FUSE mount) and right away again (stat-cached).
+ */
+async function metaTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialOutput> {
+  const dir = path.join(sys.workDir, 'meta');
+  fs.mkdirSync(dir);
+  writeFiles(dir, args.files, META_FILE_BYTES);
+  const settleMs = await sys.settle(args.files * META_FILE_BYTES);
+  const names = Array.from({ length: args.files }, (_, i) => fileName(dir, i));
+  const openNames = names.slice(0, Math.min(META_OPEN_FILES, names.length));
+  const openCloseMs = await sample(args, () => {
+    const t0 = clockMs();
+    for (let i = 0; i < args.iterations; i++) fs.closeSync(fs.openSync(openNames[i % openNames.length], 'r'));
+    return clockMs() - t0;
+  });
+  const statUncachedMs: number[] = [];
+  const statCachedMs: number[] = [];
+  let sizesOk = true;
+  const statAll = () => {
+    const t0 = clockMs();
+    for (const n of names) sizesOk &&= fs.statSync(n).size === META_FILE_BYTES;
+    return clockMs() - t0;
+  };
+  for (let run = 0; run < args.warmups + args.runs; run++) {
+    if (sys.fuse) await delay(FUSE_CACHE_EXPIRY_MS); // untimed: let every entry and attribute expire
+    const uncached = statAll();
+    const cached = statAll();
+    if (run >= args.warmups) {
+      statUncachedMs.push(uncached);
+      statCachedMs.push(cached);
+    }
+    await betweenRuns();
+  }
+  return {
+    figures: [
+      {
+        figure: 'open+close',
+        label: `open(O_RDONLY) + close of an existing ${META_FILE_BYTES}-byte file, ${args.iterations} per run over ${openNames.length} files`,
+        unit: 'ops/s',
+        bytesPerRun: 0,
+        opsPerRun: args.iterations,
+        timesMs: openCloseMs,
+      },
+      {
+        figure: 'stat-uncached',
+        label: `stat of each of ${args.files} files, ${FUSE_CACHE_EXPIRY_MS} ms after the last access (FUSE entry/attr caches expired; no such cache on tmpfs/disk)`,
+        unit: 'ops/s',
+        bytesPerRun: 0,
+        opsPerRun: args.files,
+        timesMs: statUncachedMs,
+      },
+      {
+        figure: 'stat-cached',
+        label: `stat of each of ${args.files} files again right after (within the 1 s FUSE caches)`,
+        unit: 'ops/s',
+        bytesPerRun: 0,
+        opsPerRun: args.files,
+        timesMs: statCachedMs,
+      },
+    ],
+    checks: { sizesVerified: sizesOk, files: args.files, openCloseFiles: openNames.length, settleMs: Math.round(settleMs) },
+  };
+}
+
+const WORKLOADS: Record<MountTrialArgs['kind'], (args: MountTrialArgs, sys: BenchSystem) => Promise<TrialOutput>> = {
+  'hot-read': hotReadTrial,
+  blocks: blocksTrial,
+  'cold-read': coldReadTrial,
+  write: writeTrial,
+  meta: metaTrial,
+};
+
+// ---- main -----------------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const text = process.argv[2];
+  if (text === undefined) throw new Error("usage: mount-trial.js '<MountTrialArgs JSON>'");
+  const args = parseMountTrialArgs(text);
+  installInterruptHandlers();
+  const layout = trialLayout(args.scratchDir);
+  let sys: BenchSystem | undefined;
+  let closed = false;
+  // Last resort if the process exits without reaching the finally below (the driver sweeps too).
+  process.on('exit', () => {
+    if (sys && !closed) sys.closeNowSync();
+  });
+  const t0 = performance.now();
+  try {
+    sys = await openSystem(args, layout);
+    const setupMs = performance.now() - t0;
+    const out = await WORKLOADS[args.kind](args, sys);
+    const stats = await sys.stats();
+    const result: MountTrialResult = {
+      kind: args.kind,
+      system: args.system,
+      blockBytes: args.blockBytes,
+      warmups: args.warmups,
+      runs: args.runs,
+      figures: out.figures,
+      checks: { ...out.checks, ...stats, systemSetupMs: Math.round(setupMs) },
+    };
+    await sys.close();
+    closed = true;
+    Object.assign(result.checks, sys.facts());
+    process.stdout.write(JSON.stringify(result) + '\n');
+  } finally {
+    if (sys && !closed) {
+      closed = true;
+      await sys.close().catch((e: unknown) => {
+        process.stderr.write(`mount-trial: closing ${args.system}: ${String(e)}\n`);
+        sys?.closeNowSync();
+      });
+    }
+  }
+}
+
+main().catch((e: unknown) => {
+  // After a signal, whatever failed (the daemon got it too and unmounted) is a consequence: say so briefly.
+  const interrupted = e instanceof Interrupted || wasInterrupted();
+  const detail = e instanceof Error ? (interrupted ? e.message : (e.stack ?? e.message)) : String(e);
+  process.stderr.write(`mount-trial: ${interrupted ? 'interrupted: ' : ''}${detail}\n`);
+  process.exitCode = interrupted ? 130 : 1;
+});
