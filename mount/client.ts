@@ -10,6 +10,7 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { readMountTable, resolveMountpoint } from './mounts';
 import { MiB } from '../store/constants';
 import { CascadeError, type ErrorCode } from '../store/errors';
 import type { StoreStats } from '../store/store';
@@ -111,35 +112,12 @@ export interface WarmupResult {
 // ---- finding the mount -------------------------------------------------------------------------
 
 /** Absolute and symlink-free where it exists; a missing last component is kept as given. */
-function absolute(p: string): string {
-  const abs = path.resolve(p);
-  try {
-    return fs.realpathSync(abs);
-  } catch {
-    try {
-      return path.join(fs.realpathSync(path.dirname(abs)), path.basename(abs));
-    } catch {
-      return abs;
-    }
-  }
-}
-
-function unescapeMountField(field: string): string {
-  return field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
-}
+const absolute = (p: string): string => resolveMountpoint(p);
 
 function cascadeMountPoints(): string[] {
-  let table: string;
-  try {
-    table = fs.readFileSync('/proc/self/mounts', 'utf8');
-  } catch {
-    return []; // no /proc: the directory walk below still finds the mount
-  }
-  return table
-    .split('\n')
-    .map((line) => line.split(' '))
-    .filter((f) => f[2] === MOUNT_FS_TYPE)
-    .map((f) => unescapeMountField(f[1]));
+  return readMountTable()
+    .filter((e) => e.fsType === MOUNT_FS_TYPE)
+    .map((e) => e.target);
 }
 
 function isInside(abs: string, root: string): boolean {

@@ -21,6 +21,9 @@ import Fuse = require('fuse-native');
 import { CascadeError } from '../store/errors';
 import type { CascadeFsOps, FileAttr, FsStatfs } from '../fs/types';
 import { errnoOf, toErrno } from './errno';
+import { mountEntry, resolveMountpoint } from './mounts';
+
+export { mountEntry, resolveMountpoint };
 
 export interface FuseEngineOptions {
   /**
@@ -339,41 +342,6 @@ function sized(buf: Buffer, length: number): Buffer {
 }
 
 // ---- mount table and fusermount ----
-
-/**
- * Absolute and symlink-free: the form /proc/mounts uses. followLast=false resolves the parent only,
- * never touching the mountpoint itself (stat of a mount whose daemon hangs would hang too).
- */
-export function resolveMountpoint(mountpoint: string, followLast = true): string {
-  const abs = path.resolve(mountpoint);
-  if (followLast) {
-    try {
-      return fs.realpathSync(abs);
-    } catch {
-      // Missing, or a stale mount (ENOTCONN): resolve the parent only.
-    }
-  }
-  try {
-    return path.join(fs.realpathSync(path.dirname(abs)), path.basename(abs));
-  } catch {
-    return abs;
-  }
-}
-
-/** The mount at exactly this path (the topmost if stacked), from /proc/self/mounts. */
-export function mountEntry(mountpoint: string): { source: string; fsType: string } | undefined {
-  let found: { source: string; fsType: string } | undefined;
-  for (const line of fs.readFileSync('/proc/self/mounts', 'utf8').split('\n')) {
-    const [source, target, fsType] = line.split(' ');
-    if (fsType !== undefined && unescapeMountField(target) === mountpoint) found = { source: unescapeMountField(source), fsType };
-  }
-  return found;
-}
-
-/** /proc/mounts writes space, tab, newline and backslash as octal escapes. */
-function unescapeMountField(field: string): string {
-  return field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
-}
 
 /** `fusermount -uz`: a lazy unmount, which works even when the daemon is dead or files are open. */
 export function fusermountUnmount(mountpoint: string): Promise<void> {

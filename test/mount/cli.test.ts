@@ -10,6 +10,7 @@ import * as path from 'node:path';
 import { defaultDataDir } from '../../mount/defaults';
 import { formatBytes, parseSize } from '../../mount/size';
 import { rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
+import type { PathStat } from '../../mount/client';
 import { canMount, CLI, Daemon, isMounted } from './daemon';
 
 
@@ -109,16 +110,7 @@ function json<T>(r: { code: number | null; stdout: Buffer; stderr: string }): T 
   return JSON.parse(r.stdout.toString()) as T;
 }
 
-interface StatJson {
-  path: string;
-  name: string;
-  version: number;
-  sha256: string;
-  sizeBytes: number;
-  tier: string;
-  pinned: boolean;
-  timeMs: number;
-}
+type StatJson = PathStat;
 
 describe('cascade CLI on a mount (real FUSE mount)', function () {
   this.timeout(120_000);
