@@ -149,13 +149,14 @@ async function demo(args: CommonArgs & { blocks: number; blockSize: string; keep
 interface MountArgs extends CommonArgs {
   mountpoint: string;
   pinQuota?: string;
+  disk?: string;
   keepVersions?: number;
   kernelCache: boolean;
   debug: boolean;
 }
 
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
-const MOUNT_CONFIG_KEYS = ['data', 'dram', 'pin-quota', 'keep-versions', 'kernel-cache'] as const;
+const MOUNT_CONFIG_KEYS = ['data', 'dram', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache'] as const;
 
 /**
  * Reads a mount config file for yargs (which lets command-line flags win over it). Accepts the flag
@@ -179,7 +180,7 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     }
     const bad = (want: string) => new CascadeError('EINVAL', `config file ${file}: "${rawKey}" must be ${want}, not ${JSON.stringify(value)}`);
     if (key === 'data' && typeof value !== 'string') throw bad('a directory path');
-    if ((key === 'dram' || key === 'pin-quota') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
+    if ((key === 'dram' || key === 'disk' || key === 'pin-quota') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
     if (key === 'kernel-cache' && typeof value !== 'boolean') throw bad('true or false');
     // A relative data directory means relative to the config file, not to wherever mount runs.
@@ -212,6 +213,7 @@ async function mount(args: MountArgs): Promise<void> {
     dataDir: path.resolve(args.data ?? defaultDataDir()),
     dramBytes: parseSize(args.dram),
     pinQuotaBytes: args.pinQuota === undefined ? undefined : parseSize(args.pinQuota),
+    diskBytes: args.disk === undefined ? undefined : parseSize(args.disk),
     keepVersions: args.keepVersions,
     kernelCache: args.kernelCache,
     debug: args.debug,
@@ -348,6 +350,7 @@ export function buildCli(argv: string[]) {
       (y) =>
         y
           .positional('mountpoint', { type: 'string', demandOption: true, describe: 'an empty directory (created if missing; a stale mount there is cleared)' })
+          .option('disk', { type: 'string', describe: 'bound on the disk tier, e.g. 500G: past it writes fail with ENOSPC at close (default: the filesystem of --data)' })
           .option('pin-quota', { type: 'string', describe: 'sum of pinned (prefix) block sizes allowed, e.g. 2G (default: half of --dram)' })
           .option('keep-versions', { type: 'number', describe: 'versions kept per file name (default: the store default)' })
           .option('kernel-cache', { type: 'boolean', default: false, describe: 'read through the kernel page cache and keep it across opens: much faster re-reads and shared mmap, but readers of a file being overwritten in place may see short or mixed content (default: direct I/O)' })

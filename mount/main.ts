@@ -14,6 +14,8 @@ export interface MountOptions {
   dataDir: string;
   dramBytes: number;
   pinQuotaBytes?: number;
+  /** Bound on the disk tier (default: the filesystem's own limit). */
+  diskBytes?: number;
   keepVersions?: number;
   kernelCache?: boolean;
   /** libfuse's per-request trace on stderr. */
@@ -65,6 +67,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
       dataDir: opts.dataDir,
       dramCapacityBytes: opts.dramBytes,
       pinQuotaBytes: opts.pinQuotaBytes,
+      diskCapacityBytes: opts.diskBytes,
       keepVersions: opts.keepVersions,
       log: (m) => log(`cascade: ${m}`),
     });

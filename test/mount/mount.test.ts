@@ -283,6 +283,24 @@ print(len(names), len(os.listdir(d)), "%.1f" % listing_ms)
     assert.equal(sh(`touch ${mnt}/kv/m2/a/direct.bin && touch -d '2020-01-01' ${mnt}/kv/m2/a/direct.bin`).code, 0, 'utimensat accepted');
   });
 
+  it('over capacity (--disk): ENOSPC at write or close, the old version intact, statvfs shows the bound', async () => {
+    const small = new Daemon(path.join(root, 'mnt-small'), path.join(root, 'data-small'), ['--disk', '8M']);
+    fs.mkdirSync(small.mnt);
+    await small.start();
+    try {
+      const f = `${small.mnt}/kv/m/f`;
+      assert.equal(sh(`mkdir -p ${small.mnt}/kv/m && printf keep > ${f}`).code, 0);
+      const r = sh(`head -c 12000000 /dev/zero > ${f}`);
+      assert.notEqual(r.code, 0);
+      assert.match(r.stderr, /No space left on device/);
+      assert.equal(sh(`cat ${f}`).stdout.toString(), 'keep', 'the old version is intact');
+      const st = py(`import os; s = os.statvfs("${small.mnt}/kv"); print(s.f_blocks * s.f_frsize)`);
+      assert.ok(Number(st.stdout) <= 8 * 1024 * 1024, `statvfs total ${st.stdout.trim()} bytes within --disk`);
+    } finally {
+      await small.stop();
+    }
+  });
+
   it('stats.json and the versions tree are readable with cat and ls', () => {
     const stats = JSON.parse(sh(`cat ${mnt}/.cascade/stats.json`).stdout.toString());
     assert.ok(stats.tiers.length >= 2);
