@@ -11,11 +11,31 @@
  *   node dist/bench/mount-bench.js --quick     fewer runs and files (about 2-3 min)
  *   node dist/bench/mount-bench.js --filter hot-read --out /tmp/x.json
  */
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { MiB } from '../store/constants';
+import {
+  f3,
+  gbPerS,
+  gitCommit,
+  hostEnvironment,
+  memoryEnvironment,
+  parseOptions,
+  resultsFile,
+  resultsHead,
+  runMode,
+  scratchLeftovers,
+  singleLine,
+  sizeLabel as mibLabel,
+  spread,
+  writeResults,
+  type HostEnvironment,
+  type MemoryEnvironment,
+  type Options,
+  type Spread,
+} from './common';
 import {
   META_FILE_BYTES,
   META_OPEN_FILES,
@@ -31,22 +51,10 @@ import { BINDFS_OPTIONS, killListedPids, mountsUnder, mountTable, removeScratch,
 
 // ---- configuration --------------------------------------------------------------------------------
 
-interface Options {
-  quick: boolean;
-  filter: string | undefined;
-  outFile: string | undefined;
-}
-
-interface TrialSpec {
+/** What a trial is given (less its scratch dir, made when it runs), and its name. */
+interface TrialSpec extends Omit<MountTrialArgs, 'scratchDir'> {
   /** Unique, and what --filter matches: e.g. 'hot-read 64MiB cascade-kc'. */
   name: string;
-  kind: MountTrialKind;
-  system: SystemName;
-  blockBytes: number;
-  warmups: number;
-  runs: number;
-  files: number;
-  iterations: number;
 }
 
 const WARMUPS = 1;
@@ -137,25 +145,8 @@ const GOAL_BLOCKS_PER_S = 2000;
 const GOAL_WRITE_GBPS = 0.8;
 const GOAL_OPEN_CLOSE_PER_S = 25_000;
 
-function usage(): never {
-  process.stderr.write('usage: mount-bench.js [--quick] [--filter <substring>] [--out <file>]\n');
-  process.exit(2);
-}
-
-function parseOptions(argv: string[]): Options {
-  const options: Options = { quick: false, filter: undefined, outFile: undefined };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a === '--quick') options.quick = true;
-    else if (a === '--filter' && i + 1 < argv.length) options.filter = argv[++i];
-    else if (a === '--out' && i + 1 < argv.length) options.outFile = argv[++i];
-    else usage();
-  }
-  return options;
-}
-
 function sizeLabel(sizeBytes: number): string {
-  return sizeBytes === 0 ? 'small' : sizeBytes % MiB === 0 ? `${sizeBytes / MiB}MiB` : `${sizeBytes}B`;
+  return sizeBytes === 0 ? 'small' : mibLabel(sizeBytes);
 }
 
 function trialTable(options: Options): TrialSpec[] {
@@ -190,14 +181,6 @@ function trialTable(options: Options): TrialSpec[] {
 
 // ---- environment ----------------------------------------------------------------------------------
 
-function readText(file: string): string | null {
-  try {
-    return fs.readFileSync(file, 'utf8');
-  } catch {
-    return null;
-  }
-}
-
 function commandOutput(cmd: string, args: string[]): string | null {
   const r = spawnSync(cmd, args, { encoding: 'utf8' });
   if (r.status !== 0 && (r.stdout ?? '').trim() === '') return null;
@@ -207,24 +190,6 @@ function commandOutput(cmd: string, args: string[]): string | null {
 function dpkgVersion(pkg: string): string | null {
   const r = spawnSync('dpkg-query', ['-W', '-f=${Version}', pkg], { encoding: 'utf8' });
   return r.status === 0 && r.stdout.trim() !== '' ? r.stdout.trim() : null;
-}
-
-function selectedSysfsValue(file: string): string | null {
-  const text = readText(file);
-  if (text === null) return null;
-  const m = /\[([^\]]+)\]/.exec(text);
-  return m ? m[1] : text.trim();
-}
-
-/** Filesystem type and source of the mount holding `dir` (longest mount point prefix). */
-function mountOf(dir: string): { mountPoint: string; fsType: string; source: string } | null {
-  const real = fs.realpathSync(dir);
-  let best: { mountPoint: string; fsType: string; source: string } | null = null;
-  for (const m of mountTable()) {
-    if (!(real === m.target || real.startsWith(m.target.endsWith('/') ? m.target : `${m.target}/`))) continue;
-    if (best === null || m.target.length >= best.mountPoint.length) best = { mountPoint: m.target, fsType: m.fsType, source: m.source };
-  }
-  return best;
 }
 
 function fuseNativeVersion(): string | null {
@@ -237,22 +202,7 @@ function fuseNativeVersion(): string | null {
   }
 }
 
-function gitCommit(): string | null {
-  try {
-    return execFileSync('git', ['rev-parse', 'HEAD'], { cwd: path.join(__dirname, '..', '..'), stdio: ['ignore', 'pipe', 'ignore'], encoding: 'utf8' }).trim();
-  } catch {
-    return null;
-  }
-}
-
-interface Environment {
-  hostname: string;
-  cpuModel: string | null;
-  cores: number;
-  memoryBytes: number;
-  kernel: string;
-  kernelVersion: string;
-  node: string;
+interface Environment extends HostEnvironment, MemoryEnvironment {
   libfuse2: string | null;
   fusePackage: string | null;
   bindfsPackage: string | null;
@@ -260,24 +210,13 @@ interface Environment {
   bindfsFuseVersion: string | null;
   bindfsOptions: string;
   fuseNative: string | null;
-  thpShmemEnabled: string | null;
-  thpEnabled: string | null;
-  tmpDir: string;
-  tmpDirMount: { mountPoint: string; fsType: string; source: string } | null;
   gitCommit: string | null;
   loadAverageAtStart: number[];
 }
 
 function environment(): Environment {
-  const cpuinfo = readText('/proc/cpuinfo') ?? '';
   return {
-    hostname: os.hostname(),
-    cpuModel: /^model name\s*:\s*(.*)$/m.exec(cpuinfo)?.[1] ?? os.cpus()[0]?.model ?? null,
-    cores: os.cpus().length,
-    memoryBytes: os.totalmem(),
-    kernel: os.release(),
-    kernelVersion: os.version(),
-    node: process.version,
+    ...hostEnvironment(),
     libfuse2: dpkgVersion('libfuse2'),
     fusePackage: dpkgVersion('fuse'),
     bindfsPackage: dpkgVersion('bindfs'),
@@ -285,10 +224,7 @@ function environment(): Environment {
     bindfsFuseVersion: commandOutput('bindfs', ['--fuse-version'])?.split('\n')[0] ?? null,
     bindfsOptions: ['-f', ...BINDFS_OPTIONS].join(' '),
     fuseNative: fuseNativeVersion(),
-    thpShmemEnabled: selectedSysfsValue('/sys/kernel/mm/transparent_hugepage/shmem_enabled'),
-    thpEnabled: selectedSysfsValue('/sys/kernel/mm/transparent_hugepage/enabled'),
-    tmpDir: os.tmpdir(),
-    tmpDirMount: mountOf(os.tmpdir()),
+    ...memoryEnvironment(),
     gitCommit: gitCommit(),
     loadAverageAtStart: os.loadavg(),
   };
@@ -316,14 +252,7 @@ function leftoverSnapshot(daemonPids: ReadonlySet<number>): string[] {
     const arena = /^cascade-dram-(\d+)-/.exec(name);
     return name.startsWith(SCRATCH_PREFIX) || name.startsWith('cascade-arena-') || (arena !== null && daemonPids.has(Number(arena[1])));
   };
-  const names: string[] = [];
-  for (const dir of [os.tmpdir(), '/dev/shm']) {
-    try {
-      for (const f of fs.readdirSync(dir)) if (ours(f)) names.push(path.join(dir, f));
-    } catch {
-      // directory absent
-    }
-  }
+  const names = scratchLeftovers(ours);
   for (const m of mountTable()) {
     if (m.source === 'cascade-mbench' || m.source === 'cascade-arena' || m.target.includes(`/${SCRATCH_PREFIX}`)) names.push(`mount: ${m.fsType} ${m.target}`);
   }
@@ -377,9 +306,7 @@ function runTrial(spec: TrialSpec): Promise<{ result: MountTrialResult; wallTime
       const sweep = sweepScratch(scratchDir);
       try {
         if (code !== 0) throw new Error(`trial ${spec.name} exited with ${code ?? signal}${sweep.length ? `; swept: ${sweep.join('; ')}` : ''}`);
-        const lines = stdout.split('\n').filter((l) => l.trim().length > 0);
-        if (lines.length !== 1) throw new Error(`trial ${spec.name}: expected one JSON line, got ${lines.length}`);
-        resolve({ result: parseMountTrialResult(lines[0]), wallTimeMs, sweep });
+        resolve({ result: parseMountTrialResult(singleLine(spec.name, stdout)), wallTimeMs, sweep });
       } catch (e) {
         reject(e);
       }
@@ -419,12 +346,6 @@ function installSignalHandlers(): void {
 
 // ---- statistics -----------------------------------------------------------------------------------
 
-interface Spread {
-  min: number;
-  median: number;
-  max: number;
-}
-
 interface FigureReport {
   figure: string;
   label: string;
@@ -443,13 +364,7 @@ interface FigureReport {
   timesMs: number[];
 }
 
-interface TrialReport {
-  name: string;
-  kind: MountTrialKind;
-  system: SystemName;
-  blockBytes: number;
-  warmups: number;
-  runs: number;
+interface TrialReport extends Pick<TrialSpec, 'name' | 'kind' | 'system' | 'blockBytes' | 'warmups' | 'runs'> {
   wallTimeMs: number;
   loadAverage1mAfter: number;
   figures: FigureReport[];
@@ -457,18 +372,8 @@ interface TrialReport {
   sweep: string[];
 }
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
-}
-
-function spread(xs: number[]): Spread {
-  return { min: Math.min(...xs), median: median(xs), max: Math.max(...xs) };
-}
-
 function rateOf(unit: FigureUnit, bytes: number, ops: number, timeMs: number): number {
-  return unit === 'GB/s' ? bytes / (timeMs * 1e6) : ops / (timeMs / 1000);
+  return unit === 'GB/s' ? gbPerS(bytes, timeMs) : ops / (timeMs / 1000);
 }
 
 function summarize(spec: TrialSpec, result: MountTrialResult, wallTimeMs: number, sweep: string[]): TrialReport {
@@ -582,7 +487,6 @@ function kernelCacheEffect(reports: TrialReport[]): KernelCacheRow[] {
 // ---- report ---------------------------------------------------------------------------------------
 
 const f2 = (x: number) => x.toFixed(2);
-const f3 = (x: number) => (x >= 100 ? x.toFixed(1) : x >= 10 ? x.toFixed(2) : x.toFixed(3));
 /** Rates: GB/s with 2 decimals, ops/s as whole numbers with thousands separators. */
 const fRate = (unit: FigureUnit, x: number) => (unit === 'GB/s' ? f2(x) : Math.round(x).toLocaleString('en-US'));
 const fx = (x: number | null) => (x === null ? '-' : `${f2(x)}x`);
@@ -686,7 +590,7 @@ function markdown(
 // ---- main -----------------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
-  const options = parseOptions(process.argv.slice(2));
+  const options = parseOptions('mount-bench.js', process.argv.slice(2));
   const table = trialTable(options);
   if (table.length === 0) {
     process.stderr.write(`no trial matches --filter ${String(options.filter)}\n`);
@@ -733,19 +637,11 @@ async function main(): Promise<void> {
   const wallTimeMs = performance.now() - t0;
 
   const date = startedAt.toISOString().slice(0, 10);
-  // A quick run gets its own name so that it never overwrites the day's full results.
-  const outName = `mount-${date}-${os.hostname()}${options.quick ? '-quick' : ''}.json`;
-  const outFile = options.outFile ?? path.join(__dirname, '..', '..', 'bench', 'results', outName);
+  const outFile = resultsFile('mount', date, options);
   const doc = {
-    schema: 'cascade-mount-bench/1',
-    date,
-    startedAt: startedAt.toISOString(),
-    wallTimeMs,
-    environment: env,
+    ...resultsHead('cascade-mount-bench/1', date, startedAt, wallTimeMs, env),
     configuration: {
-      mode: options.quick ? 'quick' : 'full',
-      filter: options.filter ?? null,
-      warmupsPerTrial: WARMUPS,
+      ...runMode(options, WARMUPS),
       sizing: options.quick ? SIZING_QUICK : SIZING_FULL,
       metaFileBytes: META_FILE_BYTES,
       metaOpenFiles: META_OPEN_FILES,
@@ -767,8 +663,7 @@ async function main(): Promise<void> {
     loadAverageAtEnd: os.loadavg(),
     leftovers,
   };
-  fs.mkdirSync(path.dirname(outFile), { recursive: true });
-  fs.writeFileSync(outFile, JSON.stringify(doc, null, 2) + '\n');
+  writeResults(outFile, doc);
 
   process.stdout.write(markdown(date, env, reports, goalRows, kcRows, failures, options.quick, wallTimeMs));
   if (leftovers.length > 0) process.stderr.write(`warning: left behind: ${leftovers.join(', ')}\n`);

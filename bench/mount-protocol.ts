@@ -3,9 +3,9 @@
  * trial's arguments as one JSON argv string, its raw samples as one JSON line on stdout. The driver
  * computes every statistic in one place, as the store benchmark does (protocol.ts).
  */
-import type { CheckValue } from './protocol';
+import { isCount, isOneOf, isRecord, isTimes, parseChecks, type TrialResultOf } from './common';
 
-export type { CheckValue } from './protocol';
+export type { CheckValue } from './common';
 
 export const MOUNT_TRIAL_KINDS = ['hot-read', 'blocks', 'cold-read', 'write', 'meta'] as const;
 export type MountTrialKind = (typeof MOUNT_TRIAL_KINDS)[number];
@@ -57,30 +57,13 @@ export interface MountFigureSamples {
   timesMs: number[];
 }
 
-export interface MountTrialResult {
-  kind: MountTrialKind;
+/** Checks include content verified, store hit counters, ... */
+export interface MountTrialResult extends TrialResultOf<MountTrialKind, MountFigureSamples> {
   system: SystemName;
-  blockBytes: number;
-  warmups: number;
-  runs: number;
-  figures: MountFigureSamples[];
-  /** Sanity checks and facts observed by the trial (content verified, store hit counters, ...). */
-  checks: Record<string, CheckValue>;
 }
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
-
-function isKind(v: unknown): v is MountTrialKind {
-  return typeof v === 'string' && (MOUNT_TRIAL_KINDS as readonly string[]).includes(v);
-}
-
-function isSystem(v: unknown): v is SystemName {
-  return typeof v === 'string' && (SYSTEMS as readonly string[]).includes(v);
-}
+const isKind = isOneOf(MOUNT_TRIAL_KINDS);
+const isSystem = isOneOf(SYSTEMS);
 
 export function parseMountTrialArgs(text: string): MountTrialArgs {
   const v: unknown = JSON.parse(text);
@@ -103,14 +86,9 @@ function isFigure(v: unknown): v is MountFigureSamples {
     (v.unit === 'GB/s' || v.unit === 'ops/s') &&
     isCount(v.bytesPerRun) &&
     isCount(v.opsPerRun) &&
-    Array.isArray(v.timesMs) &&
-    v.timesMs.length > 0 &&
-    v.timesMs.every((t) => typeof t === 'number' && Number.isFinite(t) && t > 0)
+    isTimes(v.timesMs) &&
+    v.timesMs.length > 0
   );
-}
-
-function isCheckValue(v: unknown): v is CheckValue {
-  return v === null || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
 }
 
 export function parseMountTrialResult(line: string): MountTrialResult {
@@ -121,11 +99,5 @@ export function parseMountTrialResult(line: string): MountTrialResult {
     throw new Error('trial result: bad kind/system/blockBytes/warmups/runs');
   }
   if (!Array.isArray(figures) || !figures.every(isFigure)) throw new Error('trial result: bad figures');
-  if (!isRecord(checks)) throw new Error('trial result: bad checks');
-  const checked: Record<string, CheckValue> = {};
-  for (const [k, c] of Object.entries(checks)) {
-    if (!isCheckValue(c)) throw new Error(`trial result: check ${k} is not a scalar`);
-    checked[k] = c;
-  }
-  return { kind, system, blockBytes, warmups, runs, figures, checks: checked };
+  return { kind, system, blockBytes, warmups, runs, figures, checks: parseChecks(checks) };
 }

@@ -1,7 +1,8 @@
 /**
  * Starting, stopping and cleaning up the systems the mount benchmark compares: a Cascade daemon
  * (`dist/mount/cli.js mount`, a child process), bindfs (a C FUSE filesystem on the same libfuse2, a
- * child process in the foreground), a private tmpfs, and page-cache control for the cold trials.
+ * child process in the foreground) and a private tmpfs. (Page-cache control for the cold trials is in
+ * common.ts, shared with the store benchmark.)
  *
  * Everything a trial mounts lives under its scratch directory, so the driver can sweep whatever a
  * crashed trial left (`unmountAllUnder`) before it removes that directory. Nothing here is removed while
@@ -11,6 +12,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { MiB } from '../store/constants';
+import { dropPageCache, parseMountTable, type MountRow } from './common';
 import type { CheckValue } from './mount-protocol';
 
 // ---- the scratch layout ---------------------------------------------------------------------------
@@ -94,25 +96,10 @@ export async function waitFor(what: string, done: () => boolean, timeoutMs: numb
 
 // ---- mount table ----------------------------------------------------------------------------------
 
-export interface MountRow {
-  source: string;
-  target: string;
-  fsType: string;
-}
-
-/** /proc/mounts writes space, tab, newline and backslash as octal escapes. */
-function unescapeMountField(field: string): string {
-  return field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
-}
+export type { MountRow } from './common';
 
 export function mountTable(): MountRow[] {
-  const rows: MountRow[] = [];
-  for (const line of fs.readFileSync('/proc/mounts', 'utf8').split('\n')) {
-    const [source, target, fsType] = line.split(' ');
-    if (fsType === undefined) continue;
-    rows.push({ source: unescapeMountField(source), target: unescapeMountField(target), fsType });
-  }
-  return rows;
+  return parseMountTable(fs.readFileSync('/proc/mounts', 'utf8'));
 }
 
 export function mountsUnder(dir: string): MountRow[] {
@@ -535,31 +522,4 @@ function readToEnd(file: string): string {
     fs.closeSync(fd);
   }
   return Buffer.concat(chunks).toString('utf8');
-}
-
-// ---- page cache -----------------------------------------------------------------------------------
-
-/**
- * Drops a file's clean pages from the page cache: posix_fadvise(POSIX_FADV_DONTNEED), which Node lacks.
- * GNU dd does exactly that for `iflag=nocache count=0`; python3's os.posix_fadvise is the fallback.
- * Through a FUSE mount this drops the mount's own page cache of the file.
- */
-export function dropPageCache(file: string): string {
-  const dd = spawnSync('dd', [`if=${file}`, 'iflag=nocache', 'count=0', 'status=none'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  if (dd.status === 0) return 'dd iflag=nocache count=0';
-  const py = spawnSync(
-    'python3',
-    ['-c', 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)', file],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  );
-  if (py.status === 0) return 'python3 os.posix_fadvise DONTNEED';
-  throw new Error(`cannot drop the page cache of ${file}: dd: ${String(dd.stderr)}; python3: ${String(py.stderr)}`);
-}
-
-/** Bytes of `file` in the page cache per util-linux fincore, or null where fincore cannot tell. */
-export function residentBytes(file: string): number | null {
-  const r = spawnSync('fincore', ['--bytes', '--noheadings', '--raw', '--output', 'RES', file], { encoding: 'utf8' });
-  if (r.status !== 0) return null;
-  const n = Number(r.stdout.trim());
-  return Number.isFinite(n) ? n : null;
 }

@@ -13,11 +13,13 @@ import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { MiB } from '../store/constants';
+import { clockMs, dropPageCache, residentBytes, sample as sampleRuns, sha256Hex } from './common';
 import {
   META_FILE_BYTES,
   META_OPEN_FILES,
   parseMountTrialArgs,
   type CheckValue,
+  type FigureUnit,
   type MountFigureSamples,
   type MountTrialArgs,
   type MountTrialResult,
@@ -28,12 +30,10 @@ import {
   CascadeDaemon,
   checkInterrupted,
   delay,
-  dropPageCache,
   installInterruptHandlers,
   Interrupted,
   mountTmpfs,
   wasInterrupted,
-  residentBytes,
   trialLayout,
   unmountTmpfs,
   type TrialLayout,
@@ -53,12 +53,6 @@ const DRAM_PAGE_BYTES = 64 * 1024;
 /** DRAM beyond the working set (small files, rounding); prefaulting costs ~0.4 s per GiB here. */
 const DRAM_SLACK_BYTES = 192 * MiB;
 
-function clockMs(): number {
-  return Number(process.hrtime.bigint()) / 1e6;
-}
-
-const sha256Hex = (data: Uint8Array) => crypto.createHash('sha256').update(data).digest('hex');
-
 /** Between runs (untimed): let signal handlers run, stop if one asked to. */
 async function betweenRuns(): Promise<void> {
   await new Promise<void>((resolve) => setImmediate(resolve));
@@ -66,14 +60,8 @@ async function betweenRuns(): Promise<void> {
 }
 
 /** Runs `op` warmups + runs times back to back; keeps the counted runs' times (op returns its own). */
-async function sample(args: MountTrialArgs, op: (run: number) => number | Promise<number>): Promise<number[]> {
-  const timesMs: number[] = [];
-  for (let run = 0; run < args.warmups + args.runs; run++) {
-    const t = await op(run);
-    if (run >= args.warmups) timesMs.push(t);
-    await betweenRuns();
-  }
-  return timesMs;
+function sample(args: MountTrialArgs, op: (run: number) => number | Promise<number>): Promise<number[]> {
+  return sampleRuns(args, op, betweenRuns);
 }
 
 // ---- file I/O -------------------------------------------------------------------------------------
@@ -163,14 +151,19 @@ function cliPath(): string {
   return p;
 }
 
+/** ROOT/kv/bench, created (Cascade keeps files under kv/<model>/; the peers get the same layout). */
+function benchDirUnder(root: string): string {
+  const dir = path.join(root, 'kv', 'bench');
+  fs.mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
 async function cascadeSystem(name: SystemName, layout: TrialLayout, dramBytes: number): Promise<BenchSystem> {
   const daemon = new CascadeDaemon(layout, { cliPath: cliPath(), kernelCache: name === 'cascade-kc', dramBytes });
   await daemon.start();
-  const workDir = path.join(layout.mountDir, 'kv', 'bench');
-  fs.mkdirSync(workDir, { recursive: true });
   return {
     name,
-    workDir,
+    workDir: benchDirUnder(layout.mountDir),
     fuse: true,
     dropForColdRead(file) {
       const segments = daemon.segmentFiles();
@@ -211,11 +204,9 @@ async function bindfsSystem(name: SystemName, layout: TrialLayout): Promise<Benc
     if (!onDisk) unmountTmpfs(sourceDir);
     throw e;
   }
-  const workDir = path.join(layout.mountDir, 'kv', 'bench');
-  fs.mkdirSync(workDir, { recursive: true });
   return {
     name,
-    workDir,
+    workDir: benchDirUnder(layout.mountDir),
     fuse: true,
     dropForColdRead(file) {
       const backing = path.join(sourceDir, path.relative(layout.mountDir, file));
@@ -247,11 +238,9 @@ async function bindfsSystem(name: SystemName, layout: TrialLayout): Promise<Benc
 function rawSystem(name: SystemName, layout: TrialLayout): BenchSystem {
   const onDisk = name === 'disk';
   if (!onDisk) mountTmpfs(layout.tmpfsDir);
-  const workDir = path.join(onDisk ? layout.diskDir : layout.tmpfsDir, 'kv', 'bench');
-  fs.mkdirSync(workDir, { recursive: true });
   return {
     name,
-    workDir,
+    workDir: benchDirUnder(onDisk ? layout.diskDir : layout.tmpfsDir),
     fuse: false,
     dropForColdRead(file) {
       dropPageCache(file);
@@ -311,6 +300,22 @@ interface TrialOutput {
   checks: Record<string, CheckValue>;
 }
 
+function figure(figure: string, label: string, unit: FigureUnit, bytesPerRun: number, opsPerRun: number, timesMs: number[]): MountFigureSamples {
+  return { figure, label, unit, bytesPerRun, opsPerRun, timesMs };
+}
+
+/** Whether a read of `n` bytes into `target` is the whole file: `bytes` long, SHA-256 `sha`. */
+const readMatches = (n: number, target: Buffer, bytes: number, sha: string) => n === bytes && sha256Hex(target.subarray(0, n)) === sha;
+
+/** `args.files` files of unique content under workDir/<sub>, written and settled (untimed), and a reader's buffer. */
+async function hotFiles(args: MountTrialArgs, sys: BenchSystem, sub: string): Promise<{ dir: string; shas: string[]; settleMs: number; target: Buffer }> {
+  const dir = path.join(sys.workDir, sub);
+  fs.mkdirSync(dir);
+  const shas = writeFiles(dir, args.files, args.blockBytes);
+  const settleMs = await sys.settle(args.files * args.blockBytes);
+  return { dir, shas, settleMs, target: readTarget(args.blockBytes) };
+}
+
 /** Writes `count` files of unique content under dir; returns their SHA-256s. */
 function writeFiles(dir: string, count: number, blockBytes: number, fsync = false): string[] {
   const content = randomContent(blockBytes);
@@ -328,16 +333,12 @@ function writeFiles(dir: string, count: number, blockBytes: number, fsync = fals
  * set), reads it whole, closes it.
  */
 async function hotReadTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialOutput> {
-  const dir = path.join(sys.workDir, 'hot');
-  fs.mkdirSync(dir);
-  const shas = writeFiles(dir, args.files, args.blockBytes);
-  const settleMs = await sys.settle(args.files * args.blockBytes);
-  const target = readTarget(args.blockBytes);
+  const { dir, shas, settleMs, target } = await hotFiles(args, sys, 'hot');
   let verified = true;
   for (let pass = 0; pass < 2; pass++) {
     for (let i = 0; i < args.files; i++) {
-      const n = readWhole(fileName(dir, i), target);
-      verified &&= n === args.blockBytes && sha256Hex(target.subarray(0, n)) === shas[i];
+      const n = readWhole(fileName(dir, i), target); // read even after a mismatch: the passes warm every file
+      verified &&= readMatches(n, target, args.blockBytes, shas[i]);
     }
   }
   const timesMs = await sample(args, (run) => {
@@ -345,19 +346,19 @@ async function hotReadTrial(args: MountTrialArgs, sys: BenchSystem): Promise<Tri
     const t0 = clockMs();
     const n = readWhole(fileName(dir, i), target);
     const t = clockMs() - t0;
-    verified &&= n === args.blockBytes && sha256Hex(target.subarray(0, n)) === shas[i]; // untimed
+    verified &&= readMatches(n, target, args.blockBytes, shas[i]); // untimed
     return t;
   });
   return {
     figures: [
-      {
-        figure: 'read',
-        label: `open + read whole file (1 MiB reads into a pre-touched buffer, to EOF) + close, rotating over ${args.files} hot files`,
-        unit: 'GB/s',
-        bytesPerRun: args.blockBytes,
-        opsPerRun: 1,
+      figure(
+        'read',
+        `open + read whole file (1 MiB reads into a pre-touched buffer, to EOF) + close, rotating over ${args.files} hot files`,
+        'GB/s',
+        args.blockBytes,
+        1,
         timesMs,
-      },
+      ),
     ],
     checks: { contentVerified: verified, files: args.files, settleMs: Math.round(settleMs) },
   };
@@ -365,11 +366,7 @@ async function hotReadTrial(args: MountTrialArgs, sys: BenchSystem): Promise<Tri
 
 /** Block rate: each run opens, reads whole and closes every one of `files` hot 2 MiB files. */
 async function blocksTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialOutput> {
-  const dir = path.join(sys.workDir, 'blocks');
-  fs.mkdirSync(dir);
-  const shas = writeFiles(dir, args.files, args.blockBytes);
-  const settleMs = await sys.settle(args.files * args.blockBytes);
-  const target = readTarget(args.blockBytes);
+  const { dir, shas, settleMs, target } = await hotFiles(args, sys, 'blocks');
   let verified = true;
   for (let pass = 0; pass < 2; pass++) {
     for (let i = 0; i < args.files; i++) verified &&= readWhole(fileName(dir, i), target) === args.blockBytes;
@@ -384,14 +381,7 @@ async function blocksTrial(args: MountTrialArgs, sys: BenchSystem): Promise<Tria
   });
   return {
     figures: [
-      {
-        figure: 'blocks/s',
-        label: `open + read whole + close of each of ${args.files} hot files, back to back`,
-        unit: 'ops/s',
-        bytesPerRun: args.files * args.blockBytes,
-        opsPerRun: args.files,
-        timesMs,
-      },
+      figure('blocks/s', `open + read whole + close of each of ${args.files} hot files, back to back`, 'ops/s', args.files * args.blockBytes, args.files, timesMs),
     ],
     checks: { contentVerified: verified, files: args.files, settleMs: Math.round(settleMs) },
   };
@@ -425,19 +415,19 @@ async function coldReadTrial(args: MountTrialArgs, sys: BenchSystem): Promise<Tr
     const t0 = clockMs();
     const n = readWhole(file, target);
     const t = clockMs() - t0;
-    verified &&= n === args.blockBytes && sha256Hex(target.subarray(0, n)) === shas[run];
+    verified &&= readMatches(n, target, args.blockBytes, shas[run]);
     return t;
   });
   return {
     figures: [
-      {
-        figure: 'read',
-        label: 'open + read whole file + close; first read of the file since a restart, page cache of backing files and of the file dropped before each run',
-        unit: 'GB/s',
-        bytesPerRun: args.blockBytes,
-        opsPerRun: 1,
+      figure(
+        'read',
+        'open + read whole file + close; first read of the file since a restart, page cache of backing files and of the file dropped before each run',
+        'GB/s',
+        args.blockBytes,
+        1,
         timesMs,
-      },
+      ),
     ],
     checks: {
       contentVerified: verified,
@@ -478,20 +468,13 @@ async function writeTrial(args: MountTrialArgs, sys: BenchSystem): Promise<Trial
   let verified = true;
   for (const i of [0, perFigure - 1, perFigure, shas.length - 1]) {
     const n = readWhole(fileName(dir, i), target);
-    verified &&= n === args.blockBytes && sha256Hex(target.subarray(0, n)) === shas[i];
+    verified &&= readMatches(n, target, args.blockBytes, shas[i]);
   }
   const what = 'open(O_WRONLY|O_CREAT|O_TRUNC) of a new file + 1 MiB writes of new content + close (Cascade commits at close)';
   return {
     figures: [
-      { figure: 'write', label: `${what}; daemon idle before each run`, unit: 'GB/s', bytesPerRun: args.blockBytes, opsPerRun: 1, timesMs: idleMs },
-      {
-        figure: 'write-stream',
-        label: `${what}; back to back, earlier files' write-back running behind`,
-        unit: 'GB/s',
-        bytesPerRun: args.blockBytes,
-        opsPerRun: 1,
-        timesMs: streamMs,
-      },
+      figure('write', `${what}; daemon idle before each run`, 'GB/s', args.blockBytes, 1, idleMs),
+      figure('write-stream', `${what}; back to back, earlier files' write-back running behind`, 'GB/s', args.blockBytes, 1, streamMs),
     ],
     checks: { contentVerified: verified, settleMs: Math.round(settleMs) },
   };
@@ -534,30 +517,23 @@ async function metaTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialO
   }
   return {
     figures: [
-      {
-        figure: 'open+close',
-        label: `open(O_RDONLY) + close of an existing ${META_FILE_BYTES}-byte file, ${args.iterations} per run over ${openNames.length} files`,
-        unit: 'ops/s',
-        bytesPerRun: 0,
-        opsPerRun: args.iterations,
-        timesMs: openCloseMs,
-      },
-      {
-        figure: 'stat-uncached',
-        label: `stat of each of ${args.files} files, ${FUSE_CACHE_EXPIRY_MS} ms after the last access (FUSE entry/attr caches expired; no such cache on tmpfs/disk)`,
-        unit: 'ops/s',
-        bytesPerRun: 0,
-        opsPerRun: args.files,
-        timesMs: statUncachedMs,
-      },
-      {
-        figure: 'stat-cached',
-        label: `stat of each of ${args.files} files again right after (within the 1 s FUSE caches)`,
-        unit: 'ops/s',
-        bytesPerRun: 0,
-        opsPerRun: args.files,
-        timesMs: statCachedMs,
-      },
+      figure(
+        'open+close',
+        `open(O_RDONLY) + close of an existing ${META_FILE_BYTES}-byte file, ${args.iterations} per run over ${openNames.length} files`,
+        'ops/s',
+        0,
+        args.iterations,
+        openCloseMs,
+      ),
+      figure(
+        'stat-uncached',
+        `stat of each of ${args.files} files, ${FUSE_CACHE_EXPIRY_MS} ms after the last access (FUSE entry/attr caches expired; no such cache on tmpfs/disk)`,
+        'ops/s',
+        0,
+        args.files,
+        statUncachedMs,
+      ),
+      figure('stat-cached', `stat of each of ${args.files} files again right after (within the 1 s FUSE caches)`, 'ops/s', 0, args.files, statCachedMs),
     ],
     checks: { sizesVerified: sizesOk, files: args.files, openCloseFiles: openNames.length, settleMs: Math.round(settleMs) },
   };

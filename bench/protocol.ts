@@ -3,6 +3,9 @@
  * arguments as one JSON argv string, its results as one JSON line on stdout. Raw samples travel, not
  * summaries, so the driver computes every statistic in one place.
  */
+import { isCount, isOneOf, isRecord, isTimes, parseChecks, type TrialResultOf } from './common';
+
+export type { CheckValue } from './common';
 
 export const TRIAL_KINDS = ['memcpy', 'sha256', 'put', 'get-hot', 'get-cold', 'promote'] as const;
 export type TrialKind = (typeof TRIAL_KINDS)[number];
@@ -29,27 +32,10 @@ export interface FigureSamples {
   timesMs: number[];
 }
 
-export type CheckValue = string | number | boolean | null;
+/** Checks include content verified, tier, huge pages in effect... */
+export type TrialResult = TrialResultOf<TrialKind, FigureSamples>;
 
-export interface TrialResult {
-  kind: TrialKind;
-  blockBytes: number;
-  warmups: number;
-  runs: number;
-  figures: FigureSamples[];
-  /** Sanity checks and facts observed by the trial (content verified, tier, huge pages in effect...). */
-  checks: Record<string, CheckValue>;
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function isTrialKind(v: unknown): v is TrialKind {
-  return typeof v === 'string' && (TRIAL_KINDS as readonly string[]).includes(v);
-}
-
-const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+const isTrialKind = isOneOf(TRIAL_KINDS);
 
 export function parseTrialArgs(text: string): TrialArgs {
   const v: unknown = JSON.parse(text);
@@ -69,13 +55,8 @@ function isFigure(v: unknown): v is FigureSamples {
     typeof v.figure === 'string' &&
     typeof v.label === 'string' &&
     isCount(v.bytesPerRun) &&
-    Array.isArray(v.timesMs) &&
-    v.timesMs.every((t) => typeof t === 'number' && Number.isFinite(t) && t > 0)
+    isTimes(v.timesMs)
   );
-}
-
-function isCheckValue(v: unknown): v is CheckValue {
-  return v === null || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
 }
 
 export function parseTrialResult(line: string): TrialResult {
@@ -86,11 +67,5 @@ export function parseTrialResult(line: string): TrialResult {
     throw new Error('trial result: bad kind/blockBytes/warmups/runs');
   }
   if (!Array.isArray(figures) || !figures.every(isFigure)) throw new Error('trial result: bad figures');
-  if (!isRecord(checks)) throw new Error('trial result: bad checks');
-  const checked: Record<string, CheckValue> = {};
-  for (const [k, c] of Object.entries(checks)) {
-    if (!isCheckValue(c)) throw new Error(`trial result: check ${k} is not a scalar`);
-    checked[k] = c;
-  }
-  return { kind, blockBytes, warmups, runs, figures, checks: checked };
+  return { kind, blockBytes, warmups, runs, figures, checks: parseChecks(checks) };
 }

@@ -9,7 +9,7 @@
  *   npm run bench -- --quick      2 MiB and 64 MiB only, fewer runs (< 1 min)
  *   npm run bench -- --filter get-hot --out /tmp/x.json
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -20,15 +20,30 @@ import {
   RECORD_ALIGN_BYTES,
   SEGMENT_TARGET_BYTES_DEFAULT,
 } from '../store/constants';
+import {
+  cpuInfo,
+  f3,
+  gbPerS,
+  gitCommit,
+  hostEnvironment,
+  memoryEnvironment,
+  mountOf,
+  parseOptions,
+  readText,
+  resultsFile,
+  resultsHead,
+  runMode,
+  scratchLeftovers,
+  singleLine,
+  sizeLabel,
+  spread,
+  writeResults,
+  type Options,
+  type Spread,
+} from './common';
 import { parseTrialResult, type CheckValue, type TrialArgs, type TrialKind, type TrialResult } from './protocol';
 
 // ---- configuration --------------------------------------------------------------------------------
-
-interface Options {
-  quick: boolean;
-  filter: string | undefined;
-  outFile: string | undefined;
-}
 
 interface TrialSpec {
   /** Unique, and what --filter matches: e.g. 'get-hot 64MiB huge=on'. */
@@ -67,27 +82,6 @@ const REFERENCE_OF: Record<string, 'memcpy' | 'sha256'> = {
   'get-disk-warm': 'memcpy',
   promote: 'memcpy',
 };
-
-function usage(): never {
-  process.stderr.write('usage: store-bench.js [--quick] [--filter <substring>] [--out <file>]\n');
-  process.exit(2);
-}
-
-function parseOptions(argv: string[]): Options {
-  const options: Options = { quick: false, filter: undefined, outFile: undefined };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a === '--quick') options.quick = true;
-    else if (a === '--filter' && i + 1 < argv.length) options.filter = argv[++i];
-    else if (a === '--out' && i + 1 < argv.length) options.outFile = argv[++i];
-    else usage();
-  }
-  return options;
-}
-
-function sizeLabel(sizeBytes: number): string {
-  return sizeBytes % MiB === 0 ? `${sizeBytes / MiB}MiB` : `${sizeBytes}B`;
-}
 
 /**
  * Whether the compiled store accepts `dramHugePages`. TypeScript types are gone at run time, so this
@@ -129,36 +123,6 @@ function trialTable(options: Options, hugePagesOption: boolean): TrialSpec[] {
 
 // ---- environment ----------------------------------------------------------------------------------
 
-function readText(file: string): string | null {
-  try {
-    return fs.readFileSync(file, 'utf8');
-  } catch {
-    return null;
-  }
-}
-
-/** The selected value of a sysfs switch such as `always within_size advise [never] deny force`. */
-function selectedSysfsValue(file: string): string | null {
-  const text = readText(file);
-  if (text === null) return null;
-  const m = /\[([^\]]+)\]/.exec(text);
-  return m ? m[1] : text.trim();
-}
-
-/** Filesystem type and source of the mount holding `dir` (longest mount point prefix). */
-function mountOf(dir: string): { mountPoint: string; fsType: string; source: string } | null {
-  const mounts = readText('/proc/mounts');
-  if (mounts === null) return null;
-  const real = fs.realpathSync(dir);
-  let best: { mountPoint: string; fsType: string; source: string } | null = null;
-  for (const line of mounts.split('\n')) {
-    const [source, mountPoint, fsType] = line.split(' ');
-    if (!mountPoint || !(real === mountPoint || real.startsWith(mountPoint.endsWith('/') ? mountPoint : `${mountPoint}/`))) continue;
-    if (best === null || mountPoint.length >= best.mountPoint.length) best = { mountPoint, fsType, source };
-  }
-  return best;
-}
-
 /**
  * Whether a virtio balloon with free page reporting is present (feature bit 5): freed guest memory is
  * handed back to the host, so touching freshly allocated memory can cost a host-side fault.
@@ -198,31 +162,14 @@ function damonSchemes(): string[] {
   return out;
 }
 
-function gitCommit(): string | null {
-  try {
-    return execFileSync('git', ['rev-parse', 'HEAD'], { cwd: path.join(__dirname, '..', '..'), stdio: ['ignore', 'pipe', 'ignore'], encoding: 'utf8' }).trim();
-  } catch {
-    return null;
-  }
-}
-
 function environment(): Record<string, string | number | boolean | null | object> {
-  const cpuinfo = readText('/proc/cpuinfo') ?? '';
-  const cpuModel = /^model name\s*:\s*(.*)$/m.exec(cpuinfo)?.[1] ?? os.cpus()[0]?.model ?? null;
-  const flags = /^flags\s*:\s*(.*)$/m.exec(cpuinfo)?.[1]?.split(' ') ?? [];
+  const { hostname, cpuModel, ...host } = hostEnvironment();
   return {
-    hostname: os.hostname(),
+    hostname,
     cpuModel,
-    cpuShaNi: flags.includes('sha_ni'),
-    cores: os.cpus().length,
-    memoryBytes: os.totalmem(),
-    kernel: os.release(),
-    kernelVersion: os.version(),
-    node: process.version,
-    thpShmemEnabled: selectedSysfsValue('/sys/kernel/mm/transparent_hugepage/shmem_enabled'),
-    thpEnabled: selectedSysfsValue('/sys/kernel/mm/transparent_hugepage/enabled'),
-    tmpDir: os.tmpdir(),
-    tmpDirMount: mountOf(os.tmpdir()),
+    cpuShaNi: cpuInfo().flags.includes('sha_ni'),
+    ...host,
+    ...memoryEnvironment(),
     devShmMount: fs.existsSync('/dev/shm') ? mountOf('/dev/shm') : null,
     virtioBalloonFreePageReporting: balloonFreePageReporting(),
     damonSchemesOn: damonSchemes(),
@@ -242,14 +189,7 @@ function leftoverSnapshot(trialPids: ReadonlySet<number>): string[] {
     const arena = /^cascade-dram-(\d+)-/.exec(name);
     return name.startsWith('cascade-bench-') || name.startsWith('cascade-arena-') || (arena !== null && trialPids.has(Number(arena[1])));
   };
-  const names: string[] = [];
-  for (const dir of [os.tmpdir(), '/dev/shm']) {
-    try {
-      for (const f of fs.readdirSync(dir)) if (ours(f)) names.push(path.join(dir, f));
-    } catch {
-      // directory absent: nothing to leave behind there
-    }
-  }
+  const names = scratchLeftovers(ours);
   for (const line of (readText('/proc/mounts') ?? '').split('\n')) if (line.startsWith('cascade-arena')) names.push(`mount: ${line}`);
   return names;
 }
@@ -275,21 +215,13 @@ function runTrial(spec: TrialSpec): { result: TrialResult; wallTimeMs: number; p
     });
     if (child.error) throw new Error(`trial ${spec.name}: ${child.error.message}`);
     if (child.status !== 0) throw new Error(`trial ${spec.name} exited with ${child.status ?? child.signal}`);
-    const lines = child.stdout.split('\n').filter((l) => l.trim().length > 0);
-    if (lines.length !== 1) throw new Error(`trial ${spec.name}: expected one JSON line, got ${lines.length}`);
-    return { result: parseTrialResult(lines[0]), wallTimeMs: performance.now() - t0, pid: child.pid ?? 0 };
+    return { result: parseTrialResult(singleLine(spec.name, child.stdout)), wallTimeMs: performance.now() - t0, pid: child.pid ?? 0 };
   } finally {
     fs.rmSync(scratchDir, { recursive: true, force: true });
   }
 }
 
 // ---- statistics -----------------------------------------------------------------------------------
-
-interface Spread {
-  min: number;
-  median: number;
-  max: number;
-}
 
 interface FigureReport {
   figure: string;
@@ -315,21 +247,6 @@ interface TrialReport {
   loadAverage1mAfter: number;
   figures: FigureReport[];
   checks: Record<string, CheckValue>;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
-}
-
-function spread(xs: number[]): Spread {
-  return { min: Math.min(...xs), median: median(xs), max: Math.max(...xs) };
-}
-
-/** GB/s (1e9 bytes per second) from bytes and milliseconds. */
-function gbPerS(bytes: number, timeMs: number): number {
-  return bytes / (timeMs * 1e6);
 }
 
 function summarize(spec: TrialSpec, result: TrialResult, wallTimeMs: number): TrialReport {
@@ -494,7 +411,6 @@ function mountLabel(m: unknown): string {
 }
 
 const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : 'inf');
-const f3 = (x: number) => (x >= 100 ? x.toFixed(1) : x >= 10 ? x.toFixed(2) : x.toFixed(3));
 
 function markdown(
   date: string,
@@ -593,7 +509,7 @@ function markdown(
 // ---- main -----------------------------------------------------------------------------------------
 
 function main(): void {
-  const options = parseOptions(process.argv.slice(2));
+  const options = parseOptions('store-bench.js', process.argv.slice(2));
   const startedAt = new Date();
   const t0 = performance.now();
   const hugePagesOption = storeHasHugePagesOption();
@@ -622,19 +538,11 @@ function main(): void {
   const wallTimeMs = performance.now() - t0;
 
   const date = startedAt.toISOString().slice(0, 10);
-  // A quick run gets its own name so that it never overwrites the day's full results.
-  const outName = `store-${date}-${os.hostname()}${options.quick ? '-quick' : ''}.json`;
-  const outFile = options.outFile ?? path.join(__dirname, '..', '..', 'bench', 'results', outName);
+  const outFile = resultsFile('store', date, options);
   const doc = {
-    schema: 'cascade-store-bench/1',
-    date,
-    startedAt: startedAt.toISOString(),
-    wallTimeMs,
-    environment: env,
+    ...resultsHead('cascade-store-bench/1', date, startedAt, wallTimeMs, env),
     configuration: {
-      mode: options.quick ? 'quick' : 'full',
-      filter: options.filter ?? null,
-      warmupsPerTrial: WARMUPS,
+      ...runMode(options, WARMUPS),
       forcedGcBetweenRuns: false,
       storeHasDramHugePagesOption: hugePagesOption,
       dramPageBytes: DRAM_PAGE_BYTES_DEFAULT,
@@ -656,8 +564,7 @@ function main(): void {
     putBreakdown: putRows,
     leftovers,
   };
-  fs.mkdirSync(path.dirname(outFile), { recursive: true });
-  fs.writeFileSync(outFile, JSON.stringify(doc, null, 2) + '\n');
+  writeResults(outFile, doc);
 
   process.stdout.write(markdown(date, env, reports, goalRows, breakEvenRows, putRows, options.quick));
   if (leftovers.length > 0) process.stderr.write(`warning: trials left behind: ${leftovers.join(', ')}\n`);

@@ -6,13 +6,13 @@
  * Every block is generated before timing starts, and every timed run works on content that has not been
  * stored before where that matters (content addressing would otherwise make a put a dedup hit).
  */
-import { spawnSync } from 'node:child_process';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { DRAM_PAGE_BYTES_DEFAULT, MiB } from '../store/constants';
 import { Store, type StoreConfig } from '../store/store';
 import { ShmArenaTier, type ShmArenaOptions } from '../store/tiers/dram';
+import { clockMs, dropPageCache, residentBytes, sample, sha256Hex } from './common';
 import { parseTrialArgs, type CheckValue, type FigureSamples, type TrialArgs, type TrialResult } from './protocol';
 
 /**
@@ -27,31 +27,15 @@ const NEVER_PROMOTE_READS = 1_000_000;
 /** Room in the arena beyond the blocks themselves (a huge-page arena rounds up to 2 MiB). */
 const ARENA_SLACK_BYTES = 4 * MiB;
 
-function clockMs(): number {
-  return Number(process.hrtime.bigint()) / 1e6;
-}
-
-/**
- * Run `op` warmups + runs times back to back; keep the times of the counted runs. `op` returns its own
- * time. No forced GC between runs: a caller in a loop pays for the collection of earlier runs' buffers
- * too (forcing it would let malloc hand get() back the same, already faulted, memory every time).
+/*
+ * `sample` (common.ts) runs `op` warmups + runs times back to back and keeps the counted runs' times.
+ * No forced GC between runs: a caller in a loop pays for the collection of earlier runs' buffers too
+ * (forcing it would let malloc hand get() back the same, already faulted, memory every time).
  */
-async function sample(args: TrialArgs, op: (run: number) => Promise<number>): Promise<number[]> {
-  const timesMs: number[] = [];
-  for (let run = 0; run < args.warmups + args.runs; run++) {
-    const timeMs = await op(run);
-    if (run >= args.warmups) timesMs.push(timeMs);
-  }
-  return timesMs;
-}
 
 /** Distinct random blocks, fully written (so touched) before any timing. */
 function randomBlocks(count: number, sizeBytes: number): Buffer[] {
   return Array.from({ length: count }, () => crypto.randomFillSync(Buffer.allocUnsafe(sizeBytes)));
-}
-
-function sha256Hex(data: Uint8Array): string {
-  return crypto.createHash('sha256').update(data).digest('hex');
 }
 
 /** Arena bytes that hold `count` blocks of `blockBytes` with the default 64 KiB arena pages. */
@@ -73,29 +57,7 @@ function hugePagesInEffect(tier: object): boolean | null {
 
 // ---- page cache control ---------------------------------------------------------------------------
 
-/**
- * Drop a file's clean pages from the page cache: posix_fadvise(POSIX_FADV_DONTNEED), which Node lacks.
- * GNU dd does exactly that for `iflag=nocache count=0`; python3's os.posix_fadvise is the fallback.
- */
-function dropPageCache(file: string): string {
-  const dd = spawnSync('dd', [`if=${file}`, 'iflag=nocache', 'count=0', 'status=none'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  if (dd.status === 0) return 'dd iflag=nocache count=0';
-  const py = spawnSync(
-    'python3',
-    ['-c', 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)', file],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  );
-  if (py.status === 0) return 'python3 os.posix_fadvise DONTNEED';
-  throw new Error(`cannot drop the page cache of ${file}: dd: ${String(dd.stderr)}; python3: ${String(py.stderr)}`);
-}
-
-/** Bytes of `file` in the page cache per util-linux fincore, or null where fincore is missing. */
-function residentBytes(file: string): number | null {
-  const r = spawnSync('fincore', ['--bytes', '--noheadings', '--raw', '--output', 'RES', file], { encoding: 'utf8' });
-  if (r.status !== 0) return null;
-  const n = Number(r.stdout.trim());
-  return Number.isFinite(n) ? n : null;
-}
+// dropPageCache and residentBytes: common.ts (the mount benchmark uses the same).
 
 function segmentFiles(dataDir: string): string[] {
   const dir = path.join(dataDir, 'segments');

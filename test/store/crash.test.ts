@@ -45,7 +45,8 @@ function runAndKill(dataDir: string, cycle: number, workMs: number): Promise<{ s
 
 describe('Store: crash loop (SIGKILL at random points)', function () {
   this.timeout(CYCLES * 10_000 + 60_000);
-  const dir = tmpDir('crash');
+  let dir = '';
+  before(() => (dir = tmpDir('crash')));
   after(() => rmDir(dir));
 
   it(`keeps every synced block and never serves a corrupt one over ${CYCLES} kill -9 cycles`, async () => {

@@ -1,0 +1,324 @@
+/**
+ * What the store benchmark (store-bench.ts, store-trial.ts, protocol.ts) and the mount benchmark
+ * (mount-bench.ts, mount-trial.ts, mount-protocol.ts, mount-systems.ts) share: command-line options,
+ * environment capture, statistics, results-file naming, protocol validation helpers, timing and
+ * page-cache control. One implementation each, so both benchmarks measure and report alike.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { MiB } from '../store/constants';
+
+// ---- command line ---------------------------------------------------------------------------------
+
+export interface Options {
+  quick: boolean;
+  filter: string | undefined;
+  outFile: string | undefined;
+}
+
+/** `[--quick] [--filter <substring>] [--out <file>]`; anything else prints usage and exits with 2. */
+export function parseOptions(program: string, argv: string[]): Options {
+  const usage = (): never => {
+    process.stderr.write(`usage: ${program} [--quick] [--filter <substring>] [--out <file>]\n`);
+    process.exit(2);
+  };
+  const options: Options = { quick: false, filter: undefined, outFile: undefined };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === '--quick') options.quick = true;
+    else if (a === '--filter' && i + 1 < argv.length) options.filter = argv[++i];
+    else if (a === '--out' && i + 1 < argv.length) options.outFile = argv[++i];
+    else usage();
+  }
+  return options;
+}
+
+export function sizeLabel(sizeBytes: number): string {
+  return sizeBytes % MiB === 0 ? `${sizeBytes / MiB}MiB` : `${sizeBytes}B`;
+}
+
+// ---- environment ----------------------------------------------------------------------------------
+
+export function readText(file: string): string | null {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch {
+    return null;
+  }
+}
+
+/** The selected value of a sysfs switch such as `always within_size advise [never] deny force`. */
+export function selectedSysfsValue(file: string): string | null {
+  const text = readText(file);
+  if (text === null) return null;
+  const m = /\[([^\]]+)\]/.exec(text);
+  return m ? m[1] : text.trim();
+}
+
+export interface MountRow {
+  source: string;
+  target: string;
+  fsType: string;
+}
+
+/** /proc/mounts writes space, tab, newline and backslash as octal escapes. */
+function unescapeMountField(field: string): string {
+  return field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+}
+
+export function parseMountTable(text: string): MountRow[] {
+  const rows: MountRow[] = [];
+  for (const line of text.split('\n')) {
+    const [source, target, fsType] = line.split(' ');
+    if (fsType === undefined) continue;
+    rows.push({ source: unescapeMountField(source), target: unescapeMountField(target), fsType });
+  }
+  return rows;
+}
+
+export interface MountInfo {
+  mountPoint: string;
+  fsType: string;
+  source: string;
+}
+
+/** Filesystem type and source of the mount holding `dir` (longest mount point prefix); null without /proc/mounts. */
+export function mountOf(dir: string): MountInfo | null {
+  const mounts = readText('/proc/mounts');
+  if (mounts === null) return null;
+  const real = fs.realpathSync(dir);
+  let best: MountInfo | null = null;
+  for (const m of parseMountTable(mounts)) {
+    if (!(real === m.target || real.startsWith(m.target.endsWith('/') ? m.target : `${m.target}/`))) continue;
+    if (best === null || m.target.length >= best.mountPoint.length) best = { mountPoint: m.target, fsType: m.fsType, source: m.source };
+  }
+  return best;
+}
+
+export function gitCommit(): string | null {
+  try {
+    return execFileSync('git', ['rev-parse', 'HEAD'], { cwd: path.join(__dirname, '..', '..'), stdio: ['ignore', 'pipe', 'ignore'], encoding: 'utf8' }).trim();
+  } catch {
+    return null;
+  }
+}
+
+export function cpuInfo(): { model: string | null; flags: string[] } {
+  const cpuinfo = readText('/proc/cpuinfo') ?? '';
+  return {
+    model: /^model name\s*:\s*(.*)$/m.exec(cpuinfo)?.[1] ?? os.cpus()[0]?.model ?? null,
+    flags: /^flags\s*:\s*(.*)$/m.exec(cpuinfo)?.[1]?.split(' ') ?? [],
+  };
+}
+
+export interface HostEnvironment {
+  hostname: string;
+  cpuModel: string | null;
+  cores: number;
+  memoryBytes: number;
+  kernel: string;
+  kernelVersion: string;
+  node: string;
+}
+
+/** The machine: CPU, cores, memory, kernel, Node (the first fields of both benchmarks' `environment`). */
+export function hostEnvironment(): HostEnvironment {
+  return {
+    hostname: os.hostname(),
+    cpuModel: cpuInfo().model,
+    cores: os.cpus().length,
+    memoryBytes: os.totalmem(),
+    kernel: os.release(),
+    kernelVersion: os.version(),
+    node: process.version,
+  };
+}
+
+export interface MemoryEnvironment {
+  thpShmemEnabled: string | null;
+  thpEnabled: string | null;
+  tmpDir: string;
+  tmpDirMount: MountInfo | null;
+}
+
+/** Transparent huge pages and where os.tmpdir() (the benchmarks' data directories) lives. */
+export function memoryEnvironment(): MemoryEnvironment {
+  return {
+    thpShmemEnabled: selectedSysfsValue('/sys/kernel/mm/transparent_hugepage/shmem_enabled'),
+    thpEnabled: selectedSysfsValue('/sys/kernel/mm/transparent_hugepage/enabled'),
+    tmpDir: os.tmpdir(),
+    tmpDirMount: mountOf(os.tmpdir()),
+  };
+}
+
+/** Entries of os.tmpdir() and /dev/shm that `ours` claims (what a run could leave behind). */
+export function scratchLeftovers(ours: (name: string) => boolean): string[] {
+  const names: string[] = [];
+  for (const dir of [os.tmpdir(), '/dev/shm']) {
+    try {
+      for (const f of fs.readdirSync(dir)) if (ours(f)) names.push(path.join(dir, f));
+    } catch {
+      // directory absent: nothing to leave behind there
+    }
+  }
+  return names;
+}
+
+// ---- trial processes ------------------------------------------------------------------------------
+
+/** The one non-empty line a trial prints on stdout. */
+export function singleLine(trialName: string, stdout: string): string {
+  const lines = stdout.split('\n').filter((l) => l.trim().length > 0);
+  if (lines.length !== 1) throw new Error(`trial ${trialName}: expected one JSON line, got ${lines.length}`);
+  return lines[0];
+}
+
+// ---- statistics -----------------------------------------------------------------------------------
+
+export interface Spread {
+  min: number;
+  median: number;
+  max: number;
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+}
+
+export function spread(xs: number[]): Spread {
+  return { min: Math.min(...xs), median: median(xs), max: Math.max(...xs) };
+}
+
+/** GB/s (1e9 bytes per second) from bytes and milliseconds. */
+export function gbPerS(bytes: number, timeMs: number): number {
+  return bytes / (timeMs * 1e6);
+}
+
+/** Milliseconds with 3 significant-ish digits. */
+export const f3 = (x: number) => (x >= 100 ? x.toFixed(1) : x >= 10 ? x.toFixed(2) : x.toFixed(3));
+
+// ---- results file ---------------------------------------------------------------------------------
+
+/** `--out`, or bench/results/<prefix>-<date>-<hostname>[-quick].json (a quick run never overwrites the day's full results). */
+export function resultsFile(prefix: string, date: string, options: Options): string {
+  const outName = `${prefix}-${date}-${os.hostname()}${options.quick ? '-quick' : ''}.json`;
+  return options.outFile ?? path.join(__dirname, '..', '..', 'bench', 'results', outName);
+}
+
+/** The first fields of a results file, and of its `configuration`. */
+export function resultsHead<E>(schema: string, date: string, startedAt: Date, wallTimeMs: number, environment: E) {
+  return { schema, date, startedAt: startedAt.toISOString(), wallTimeMs, environment };
+}
+
+export function runMode(options: Options, warmupsPerTrial: number) {
+  return { mode: options.quick ? 'quick' : 'full', filter: options.filter ?? null, warmupsPerTrial };
+}
+
+export function writeResults(outFile: string, doc: object): void {
+  fs.mkdirSync(path.dirname(outFile), { recursive: true });
+  fs.writeFileSync(outFile, JSON.stringify(doc, null, 2) + '\n');
+}
+
+// ---- protocol validation --------------------------------------------------------------------------
+
+export type CheckValue = string | number | boolean | null;
+
+/** A trial's raw result, as both benchmarks' trials print it (the mount trials add `system`). */
+export interface TrialResultOf<Kind extends string, Figure> {
+  kind: Kind;
+  blockBytes: number;
+  warmups: number;
+  runs: number;
+  figures: Figure[];
+  /** Sanity checks and facts observed by the trial (content verified, tier, store counters...). */
+  checks: Record<string, CheckValue>;
+}
+
+export function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+export const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+/** A type guard for the members of a `const` list. */
+export function isOneOf<T extends string>(list: readonly T[]): (v: unknown) => v is T {
+  return (v: unknown): v is T => typeof v === 'string' && (list as readonly string[]).includes(v);
+}
+
+/** Run times: finite and positive. */
+export function isTimes(v: unknown): v is number[] {
+  return Array.isArray(v) && v.every((t) => typeof t === 'number' && Number.isFinite(t) && t > 0);
+}
+
+function isCheckValue(v: unknown): v is CheckValue {
+  return v === null || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
+}
+
+/** A trial result's `checks`: an object of scalars. */
+export function parseChecks(checks: unknown): Record<string, CheckValue> {
+  if (!isRecord(checks)) throw new Error('trial result: bad checks');
+  const checked: Record<string, CheckValue> = {};
+  for (const [k, c] of Object.entries(checks)) {
+    if (!isCheckValue(c)) throw new Error(`trial result: check ${k} is not a scalar`);
+    checked[k] = c;
+  }
+  return checked;
+}
+
+// ---- in a trial -----------------------------------------------------------------------------------
+
+export function clockMs(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
+}
+
+export const sha256Hex = (data: Uint8Array) => crypto.createHash('sha256').update(data).digest('hex');
+
+/**
+ * Runs `op` warmups + runs times back to back and keeps the counted runs' times (`op` returns its own
+ * time). `between`, when given, runs (untimed) after every run.
+ */
+export async function sample(
+  args: { warmups: number; runs: number },
+  op: (run: number) => number | Promise<number>,
+  between?: () => Promise<void>,
+): Promise<number[]> {
+  const timesMs: number[] = [];
+  for (let run = 0; run < args.warmups + args.runs; run++) {
+    const timeMs = await op(run);
+    if (run >= args.warmups) timesMs.push(timeMs);
+    if (between) await between();
+  }
+  return timesMs;
+}
+
+// ---- page cache -----------------------------------------------------------------------------------
+
+/**
+ * Drops a file's clean pages from the page cache: posix_fadvise(POSIX_FADV_DONTNEED), which Node lacks.
+ * GNU dd does exactly that for `iflag=nocache count=0`; python3's os.posix_fadvise is the fallback.
+ * Through a FUSE mount this drops the mount's own page cache of the file.
+ */
+export function dropPageCache(file: string): string {
+  const dd = spawnSync('dd', [`if=${file}`, 'iflag=nocache', 'count=0', 'status=none'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  if (dd.status === 0) return 'dd iflag=nocache count=0';
+  const py = spawnSync(
+    'python3',
+    ['-c', 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)', file],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  if (py.status === 0) return 'python3 os.posix_fadvise DONTNEED';
+  throw new Error(`cannot drop the page cache of ${file}: dd: ${String(dd.stderr)}; python3: ${String(py.stderr)}`);
+}
+
+/** Bytes of `file` in the page cache per util-linux fincore, or null where fincore cannot tell. */
+export function residentBytes(file: string): number | null {
+  const r = spawnSync('fincore', ['--bytes', '--noheadings', '--raw', '--output', 'RES', file], { encoding: 'utf8' });
+  if (r.status !== 0) return null;
+  const n = Number(r.stdout.trim());
+  return Number.isFinite(n) ? n : null;
+}
