@@ -744,7 +744,11 @@ describe('mount/cli: mount and unmount', function () {
       fs.writeFileSync(file, JSON.stringify({ data: 'store', dram: 1048576, pinQuota: '1M', 'keep-versions': 3, kernelCache: true }));
       assert.deepEqual(loadMountConfig(file), { data: path.join(cfgDir, 'store'), dram: '1048576', 'pin-quota': '1M', 'keep-versions': 3, 'kernel-cache': true });
       fs.writeFileSync(file, JSON.stringify({ dram: '1G', drm: '2G' }));
-      assert.throws(() => loadMountConfig(file), /unknown key "drm" \(known: data, dram, pin-quota, keep-versions, kernel-cache\)/);
+      assert.throws(() => loadMountConfig(file), /unknown key "drm" \(known: data, dram, disk, pin-quota, keep-versions, kernel-cache\)/);
+      fs.writeFileSync(file, JSON.stringify({ disk: '500G' }));
+      assert.deepEqual(loadMountConfig(file), { disk: '500G' });
+      fs.writeFileSync(file, JSON.stringify({ disk: true }));
+      assert.throws(() => loadMountConfig(file), /"disk" must be a size/);
       fs.writeFileSync(file, JSON.stringify({ 'kernel-cache': 'yes' }));
       assert.throws(() => loadMountConfig(file), /"kernel-cache" must be true or false/);
       fs.writeFileSync(file, '[1]');
