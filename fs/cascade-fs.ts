@@ -570,7 +570,7 @@ export class CascadeFs implements CascadeFsOps {
     } catch (e) {
       st.dirty = dirty;
       st.pending = pending;
-      throw isCascadeError(e, 'EINVAL') && st.sizeBytes > this.store.maxBlockBytes ? new CascadeError('EFBIG', String(e)) : e;
+      throw e;
     }
   }
 

@@ -291,6 +291,11 @@ export class Store {
   checkAdmission(sizeBytes: number): void {
     this.checkOpen();
     if (sizeBytes > this.maxBlockBytes) throw new CascadeError('EFBIG', `${sizeBytes} bytes is over the ${this.maxBlockBytes}-byte block limit`);
+    this.checkDiskRoom(sizeBytes);
+  }
+
+  /** Accept only what can reach disk: the disk must hold this block on top of everything still dirty. */
+  private checkDiskRoom(sizeBytes: number): void {
     const diskNeed = this.disk.footprintBytes(sizeBytes) + this.dirtyDiskBytes;
     if (diskNeed > this.disk.freeBytes()) {
       throw new CascadeError('ENOSPC', `disk tier has ${this.disk.freeBytes()} bytes free, ${diskNeed} needed`);
@@ -502,11 +507,7 @@ export class Store {
   }
 
   private async ingest(sha: string, data: Uint8Array): Promise<void> {
-    // Accept only what can reach disk: the disk must hold this block on top of everything still dirty.
-    const diskNeed = this.disk.footprintBytes(data.length) + this.dirtyDiskBytes;
-    if (diskNeed > this.disk.freeBytes()) {
-      throw new CascadeError('ENOSPC', `disk tier has ${this.disk.freeBytes()} bytes free, ${diskNeed} needed`);
-    }
+    this.checkDiskRoom(data.length);
     if (await this.makeRoom(this.dram.footprintBytes(data.length))) {
       await this.dram.write(sha, data);
       this.eviction.admitted(sha);

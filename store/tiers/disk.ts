@@ -236,26 +236,37 @@ export class DiskSegmentTier implements Tier {
       if (need > this.freeBytes()) {
         throw new CascadeError('ENOSPC', `disk tier full: need ${need} bytes, ${this.freeBytes()} free`);
       }
-      const seg = await this.activeFor(need);
-      const offset = seg.endBytes;
-      // Reserve before writing: a failed write leaves a hole that recovery skips, never a visible key.
-      seg.endBytes += need;
-      this.fileBytes += need;
-      const pad = alignUp(data.length) - data.length;
-      try {
-        await writeFully(seg.fd, pad > 0 ? [encodeHeader(key, data.length), data, Buffer.alloc(pad)] : [encodeHeader(key, data.length), data], offset);
-      } catch (e) {
-        // The file's state is unknown now: stop appending to it; what was synced before stays valid.
-        seg.deadBytes += need;
-        seg.sealed = true;
-        if (this.active === seg) this.active = undefined;
-        throw new CascadeError('EIO', `write to ${seg.file} failed`, { cause: e });
-      }
-      this.index.set(key, { segment: seg, offsetBytes: offset, sizeBytes: data.length });
+      const seg = await this.appendRecord(key, data);
       this.liveBytes += need;
-      seg.unsynced.push(key);
       if (seg.endBytes >= this.segmentTargetBytes) await this.seal(seg);
     });
+  }
+
+  /**
+   * Append a record to the active segment and index it (unsynced). Runs inside serial(). The caller
+   * accounts the live bytes and seals the segment when it is full.
+   */
+  private async appendRecord(key: string, data: Uint8Array): Promise<Segment> {
+    const need = recordBytes(data.length);
+    const seg = await this.activeFor(need);
+    const offset = seg.endBytes;
+    // Reserve before writing: a failed write leaves a hole that recovery skips, never a visible key.
+    seg.endBytes += need;
+    this.fileBytes += need;
+    const pad = alignUp(data.length) - data.length;
+    const parts = pad > 0 ? [encodeHeader(key, data.length), data, Buffer.alloc(pad)] : [encodeHeader(key, data.length), data];
+    try {
+      await writeFully(seg.fd, parts, offset);
+    } catch (e) {
+      // The file's state is unknown now: stop appending to it; what was synced before stays valid.
+      seg.deadBytes += need;
+      seg.sealed = true;
+      if (this.active === seg) this.active = undefined;
+      throw new CascadeError('EIO', `write to ${seg.file} failed`, { cause: e });
+    }
+    this.index.set(key, { segment: seg, offsetBytes: offset, sizeBytes: data.length });
+    seg.unsynced.push(key);
+    return seg;
   }
 
   async read(key: string, offsetBytes: number, target: Uint8Array): Promise<number> {
@@ -651,17 +662,9 @@ export class DiskSegmentTier implements Tier {
         continue; // corrupt: read() already quarantined and dropped it
       }
       if (this.index.get(key) !== loc) continue; // deleted meanwhile
-      const dest = await this.activeFor(recordBytes(loc.sizeBytes));
-      const offset = dest.endBytes;
-      const need = recordBytes(loc.sizeBytes);
-      dest.endBytes += need;
-      this.fileBytes += need;
-      const pad = alignUp(data.length) - data.length;
-      await writeFully(dest.fd, [encodeHeader(key, data.length), data, Buffer.alloc(pad)], offset);
-      this.index.set(key, { segment: dest, offsetBytes: offset, sizeBytes: loc.sizeBytes });
+      const dest = await this.appendRecord(key, data);
       moved.set(key, loc);
-      dest.unsynced.push(key);
-      seg.deadBytes += need;
+      seg.deadBytes += recordBytes(loc.sizeBytes); // the record moved: live bytes are unchanged
       if (dest.endBytes >= this.segmentTargetBytes) await this.seal(dest);
     }
     // The copies must be durable before the originals go.
