@@ -16,11 +16,12 @@
  * it opened (the store holds a lease on its content).
  * Throws CascadeError with symbolic codes only.
  */
-import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { GiB, NAME_COMPONENT_MAX_BYTES } from '../store/constants';
+import { COPY_ASYNC_MIN_BYTES, copyBytes } from '../store/copy';
 import { CascadeError, isCascadeError } from '../store/errors';
+import { StreamHasher } from '../store/hash';
 import type { VersionRecord } from '../store/meta';
 import { validateComponent, validateName, validateSha256 } from '../store/names';
 import type { Store } from '../store/store';
@@ -68,9 +69,13 @@ interface Staging {
   name: string;
   data: Buffer;
   sizeBytes: number;
-  /** Incremental SHA-256 while writes arrive in order; undefined once they do not (hash at commit). */
-  hash: crypto.Hash | undefined;
-  hashedBytes: number;
+  /**
+   * Incremental SHA-256 while writes arrive in order (on a worker thread with the native addon);
+   * undefined once they do not (the store hashes the whole content at commit).
+   */
+  hash: StreamHasher | undefined;
+  /** Held while the buffer is replaced by a larger one or committed: writes and truncates wait. */
+  gate: Promise<void> | undefined;
   /** Writes since the last commit: a close() commits. */
   dirty: boolean;
   /** Created or truncated and not committed since: the last release commits (possibly empty) content. */
@@ -282,13 +287,14 @@ export class CascadeFs implements CascadeFsOps {
     if (h.kind !== 'write') throw new CascadeError('EBADF', 'handle is not open for writing');
     const st = h.staging;
     const end = offsetBytes + data.length;
-    this.ensureCapacity(st, end);
+    while (st.gate) await st.gate;
+    if (end > st.data.length) await this.grow(st, end);
     // The kernel reuses `data` after we return: copy now.
     data.copy(st.data, offsetBytes);
-    if (st.hash && offsetBytes === st.hashedBytes && offsetBytes >= st.sizeBytes) {
-      st.hash.update(data);
-      st.hashedBytes = end;
-    } else if (offsetBytes < st.hashedBytes || offsetBytes > st.sizeBytes) {
+    if (st.hash && offsetBytes === st.hash.lengthBytes && offsetBytes >= st.sizeBytes) {
+      // A view of the staging buffer, whose bytes below the hashed length never change while hashed.
+      st.hash.append(st.data.subarray(offsetBytes, end));
+    } else if (st.hash && (offsetBytes < st.hash.lengthBytes || offsetBytes > st.sizeBytes)) {
       st.hash = undefined; // a rewrite or a hole: hash the whole buffer at commit
     }
     if (offsetBytes > st.sizeBytes) st.data.fill(0, st.sizeBytes, offsetBytes); // a hole reads as zeros
@@ -301,14 +307,20 @@ export class CascadeFs implements CascadeFsOps {
   async truncate(path: string, sizeBytes: number, handle?: Handle): Promise<void> {
     if (!Number.isSafeInteger(sizeBytes) || sizeBytes < 0) throw new CascadeError('EINVAL', 'size must be a non-negative integer');
     const open = handle !== undefined ? this.handles.get(handle) : undefined;
-    if (open?.kind === 'write') return this.resize(open.staging, sizeBytes);
+    if (open?.kind === 'write') {
+      while (open.staging.gate) await open.staging.gate;
+      return this.resize(open.staging, sizeBytes);
+    }
     const p = parse(path);
     if (p.kind !== 'kv') throw new CascadeError('EROFS', `${path} is read-only`);
     const kind = this.tree.kindOf(p.rel);
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
     const st = this.staging.get(p.rel);
-    if (st) return this.resize(st, sizeBytes);
+    if (st) {
+      while (st.gate) await st.gate;
+      return this.resize(st, sizeBytes);
+    }
     const v = await this.store.resolve(p.rel);
     if (sizeBytes === v.sizeBytes && sizeBytes === 0) return;
     if (sizeBytes !== 0) throw new CascadeError('EPERM', `${path}: committed content is immutable (only truncation to 0 replaces it)`);
@@ -519,8 +531,8 @@ export class CascadeFs implements CascadeFsOps {
         name: rel,
         data: Buffer.alloc(0),
         sizeBytes: 0,
-        hash: crypto.createHash('sha256'),
-        hashedBytes: 0,
+        hash: new StreamHasher(),
+        gate: undefined,
         dirty: false,
         pending: true, // created or truncated: commits at the last release even if nothing is written
         handles: 0,
@@ -558,19 +570,26 @@ export class CascadeFs implements CascadeFsOps {
 
   /** Commit the staging buffer as a new version if it changed since the last commit. */
   private async commit(st: Staging): Promise<void> {
+    while (st.gate) await st.gate;
     if (!(st.dirty || st.pending) || st.orphaned) return;
     this.store.checkAdmission(st.sizeBytes);
-    const data = st.data.subarray(0, st.sizeBytes);
-    const sha = st.hash && st.hashedBytes === st.sizeBytes ? st.hash.copy().digest('hex') : undefined;
+    // Writes wait at the gate until the store has the content: the bytes hashed are the bytes stored.
+    let open!: () => void;
+    st.gate = new Promise<void>((resolve) => (open = resolve));
     const [dirty, pending] = [st.dirty, st.pending];
-    st.dirty = false;
-    st.pending = false;
     try {
+      const data = st.data.subarray(0, st.sizeBytes);
+      const sha = st.hash && st.hash.lengthBytes === st.sizeBytes ? await st.hash.digest() : undefined;
+      st.dirty = false;
+      st.pending = false;
       await this.store.put(st.name, data, sha);
     } catch (e) {
       st.dirty = dirty;
       st.pending = pending;
       throw e;
+    } finally {
+      st.gate = undefined;
+      open();
     }
   }
 
@@ -587,9 +606,34 @@ export class CascadeFs implements CascadeFsOps {
     if (this.staging.get(st.name) === st) this.staging.delete(st.name);
   }
 
-  private ensureCapacity(st: Staging, endBytes: number): void {
+  /**
+   * Grow the buffer for a write ending at endBytes. A large copy runs on a worker (native addon) behind
+   * the gate, so the event loop keeps serving while a 1 GiB file arrives.
+   */
+  private async grow(st: Staging, endBytes: number): Promise<void> {
+    const old = st.data;
+    const next = this.ensureCapacity(st, endBytes, false);
+    if (next === undefined) return;
+    if (st.sizeBytes < COPY_ASYNC_MIN_BYTES) {
+      old.copy(next, 0, 0, st.sizeBytes);
+      st.data = next;
+      return;
+    }
+    let open!: () => void;
+    st.gate = new Promise<void>((resolve) => (open = resolve));
+    try {
+      await copyBytes(next, 0, old.subarray(0, st.sizeBytes));
+      st.data = next;
+    } finally {
+      st.gate = undefined;
+      open();
+    }
+  }
+
+  /** Make room for endBytes; copies the content itself unless `copy` is false (then returns the new buffer). */
+  private ensureCapacity(st: Staging, endBytes: number, copy = true): Buffer | undefined {
     if (endBytes > this.store.maxBlockBytes) throw new CascadeError('EFBIG', `a file is at most ${this.store.maxBlockBytes} bytes`);
-    if (endBytes <= st.data.length) return;
+    if (endBytes <= st.data.length) return undefined;
     // Double, so a file written in 128 KiB pieces is copied O(log n) times, not once per write.
     const capacity = Math.min(this.store.maxBlockBytes, Math.max(endBytes, st.data.length * 2, 128 * 1024));
     const growth = capacity - st.data.length;
@@ -597,9 +641,11 @@ export class CascadeFs implements CascadeFsOps {
       throw new CascadeError('ENOSPC', `files being written hold ${this.stagingBytes} bytes; the staging limit is ${this.stagingCapacityBytes}`);
     }
     const next = Buffer.allocUnsafe(capacity);
-    st.data.copy(next, 0, 0, st.sizeBytes);
     this.stagingBytes += growth;
+    if (!copy) return next;
+    st.data.copy(next, 0, 0, st.sizeBytes);
     st.data = next;
+    return undefined;
   }
 
   private resize(st: Staging, sizeBytes: number): void {
@@ -609,9 +655,8 @@ export class CascadeFs implements CascadeFsOps {
     }
     if (sizeBytes !== st.sizeBytes || sizeBytes === 0) {
       if (sizeBytes === 0) {
-        st.hash = crypto.createHash('sha256');
-        st.hashedBytes = 0;
-      } else if (sizeBytes < st.hashedBytes || sizeBytes > st.sizeBytes) {
+        st.hash = new StreamHasher();
+      } else if (st.hash && (sizeBytes < st.hash.lengthBytes || sizeBytes > st.sizeBytes)) {
         st.hash = undefined;
       }
       st.sizeBytes = sizeBytes;

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 # util-linux: mount/umount for the huge-page DRAM arena. coreutils: dd drops page caches in benchmarks.
 # libfuse2: fuse-native's prebuilt binary links libfuse.so.2. fuse: fusermount (mount/unmount).
 # Not fuse3: it replaces the fuse package and breaks fusermount for libfuse2. attr: setfattr/getfattr.
-APT_PACKAGES=(g++ make python3 util-linux coreutils ca-certificates libfuse2 fuse attr)
+# cmake + libssl-dev: the native addon (native/, built by cmake-js; SHA-256 from OpenSSL's libcrypto).
+APT_PACKAGES=(g++ make cmake python3 util-linux coreutils ca-certificates libfuse2 fuse attr libssl-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

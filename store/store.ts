@@ -9,7 +9,6 @@
  * Durability: the flusher writes dirty blocks and fdatasyncs; a block is evictable from DRAM only once
  * its disk copy is durable, so a failed fsync loses nothing that DRAM still holds.
  */
-import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import {
@@ -36,6 +35,10 @@ import { KeyedLock, SingleFlight } from './singleflight';
 import type { Tier, TierName, TierStats } from './tier';
 import { DiskSegmentTier, DiskSyncError } from './tiers/disk';
 import { ShmArenaTier } from './tiers/dram';
+import { MemoryTier } from './tiers/memory';
+import { NativeArenaTier } from './tiers/native-dram';
+import { sha256Hex } from './hash';
+import { nativeBinding } from '../native';
 
 export interface StoreConfig {
   /** Directory for the disk tier's segments and the metadata database. */
@@ -50,8 +53,12 @@ export interface StoreConfig {
   maxBlockBytes?: number;
   /** Disk reads of a block before it is promoted to DRAM. */
   promoteAfterReads?: number;
-  /** 'shm': shared-memory arena (default); 'memory': plain heap (tests, hosts without /dev/shm). */
-  dram?: 'shm' | 'memory';
+  /**
+   * 'native': shared-memory arena mapped by the native addon (default when the addon loads);
+   * 'shm': the same arena through pread/pwrite in TypeScript (default without the addon);
+   * 'memory': plain heap (tests, hosts without /dev/shm).
+   */
+  dram?: 'native' | 'shm' | 'memory';
   shmDir?: string;
   dramPageBytes?: number;
   /** Pre-fault the shared-memory arena at open (default true). */
@@ -104,8 +111,18 @@ const LRU_MIN_BLOCK_BYTES = 4096;
 /** Pause before the flusher retries after a disk error. */
 const FLUSH_RETRY_MS = 1000;
 
-function sha256Hex(data: Uint8Array): string {
-  return crypto.createHash('sha256').update(data).digest('hex');
+/** The DRAM tier the config asks for (see StoreConfig.dram). */
+async function openDram(config: StoreConfig): Promise<Tier> {
+  const kind = config.dram ?? (nativeBinding() ? 'native' : 'shm');
+  if (kind === 'memory') return new MemoryTier({ name: 'dram', capacityBytes: config.dramCapacityBytes });
+  const options = {
+    capacityBytes: config.dramCapacityBytes,
+    pageBytes: config.dramPageBytes ?? DRAM_PAGE_BYTES_DEFAULT,
+    dir: config.shmDir,
+    prefault: config.prefault ?? true,
+    hugePages: config.dramHugePages ?? 'auto',
+  };
+  return kind === 'native' ? NativeArenaTier.open(options) : ShmArenaTier.open(options);
 }
 
 export class Store {
@@ -176,15 +193,7 @@ export class Store {
     try {
       const dram =
         config.tiers?.dram ??
-        (config.dram === 'memory'
-          ? new (await import('./tiers/memory')).MemoryTier({ name: 'dram', capacityBytes: config.dramCapacityBytes })
-          : await ShmArenaTier.open({
-              capacityBytes: config.dramCapacityBytes,
-              pageBytes: config.dramPageBytes ?? DRAM_PAGE_BYTES_DEFAULT,
-              dir: config.shmDir,
-              prefault: config.prefault ?? true,
-              hugePages: config.dramHugePages ?? 'auto',
-            }));
+        (await openDram(config));
       opened.push(dram);
       const disk =
         config.tiers?.disk ??
@@ -225,7 +234,7 @@ export class Store {
     if (data.length > this.maxBlockBytes) {
       throw new CascadeError('EINVAL', `block of ${data.length} bytes is over the ${this.maxBlockBytes}-byte limit`);
     }
-    const sha = knownSha256 === undefined ? sha256Hex(data) : validateSha256(knownSha256);
+    const sha = knownSha256 === undefined ? await sha256Hex(data) : validateSha256(knownSha256);
     return this.commitContent(name, sha, data.length, () => this.ingest(sha, data));
   }
 
@@ -817,6 +826,8 @@ function validateConfig(c: StoreConfig): void {
   if (c.keepVersions !== undefined && !(Number.isInteger(c.keepVersions) && c.keepVersions >= 1 && c.keepVersions <= KEEP_VERSIONS_MAX)) {
     throw new CascadeError('EINVAL', `keepVersions must be an integer in [1, ${KEEP_VERSIONS_MAX}]`);
   }
-  if (c.dram !== undefined && c.dram !== 'shm' && c.dram !== 'memory') throw new CascadeError('EINVAL', "dram must be 'shm' or 'memory'");
+  if (c.dram !== undefined && c.dram !== 'native' && c.dram !== 'shm' && c.dram !== 'memory') {
+    throw new CascadeError('EINVAL', "dram must be 'native', 'shm' or 'memory'");
+  }
   if (c.meta !== undefined && c.meta !== 'sqlite' && c.meta !== 'memory') throw new CascadeError('EINVAL', "meta must be 'sqlite' or 'memory'");
 }

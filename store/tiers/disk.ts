@@ -27,6 +27,7 @@ import {
 } from '../constants';
 import { assert, CascadeError } from '../errors';
 import type { Tier, TierEntry, TierStats } from '../tier';
+import { sha256Hex } from '../hash';
 
 const RECORD_MAGIC = 0x31435343; // 'CSC1' little-endian
 const RECORD_FORMAT = 1;
@@ -157,9 +158,6 @@ async function writeFully(fd: number, parts: Uint8Array[], position: number): Pr
   }
 }
 
-function sha256Hex(data: Uint8Array): string {
-  return crypto.createHash('sha256').update(data).digest('hex');
-}
 
 const SEGMENT_RE = /^seg-(\d{8})\.log$/;
 const segName = (id: number) => `seg-${String(id).padStart(8, '0')}`;
@@ -290,7 +288,7 @@ export class DiskSegmentTier implements Tier {
       const whole = offsetBytes === 0 && count === sizeBytes ? target.subarray(0, sizeBytes) : Buffer.allocUnsafe(sizeBytes);
       const n = await readFully(seg.fd, whole, loc.offsetBytes + RECORD_ALIGN_BYTES);
       if (n !== sizeBytes) throw this.corrupt(key, loc, `short payload (${n} of ${sizeBytes} bytes)`);
-      if (sha256Hex(whole) !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
+      if ((await sha256Hex(whole)) !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
       if (whole !== target.subarray(0, sizeBytes)) target.set(whole.subarray(offsetBytes, offsetBytes + count));
       return count;
     } finally {

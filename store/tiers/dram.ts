@@ -63,6 +63,47 @@ function openHugeArenaFile(arenaBytes: number): { fd: number; dir: string } {
   }
 }
 
+/**
+ * An unlinked arena file (only its fd remains): on a private huge-page tmpfs when `hugePages` allows
+ * and mounting works, else in `dir` (/dev/shm; os.tmpdir() when `dir` does not exist). Shared by the
+ * TypeScript tier and the native one.
+ */
+export function openArenaFile(arenaBytes: number, dir: string, hugePages: boolean | 'auto'): { fd: number; dir: string; huge: boolean } {
+  if (hugePages !== false && arenaBytes > 0) {
+    try {
+      return { ...openHugeArenaFile(arenaBytes), huge: true };
+    } catch (e) {
+      if (hugePages === true) throw ioError('dram tier: cannot mount a huge-page tmpfs (needs CAP_SYS_ADMIN)', e);
+    }
+  }
+  const arenaDir = fs.existsSync(dir) ? dir : os.tmpdir();
+  const file = path.join(arenaDir, `cascade-dram-${process.pid}-${randomBytes(8).toString('hex')}.arena`);
+  let fd: number;
+  try {
+    fd = fs.openSync(file, 'wx+', 0o600);
+  } catch (e) {
+    throw ioError(`dram tier: cannot create arena in ${arenaDir}`, e);
+  }
+  // Unlink at once and keep only the fd: the memory lives as long as the fd does, so a daemon that
+  // is SIGKILLed leaks no shared memory (the kernel frees it when the fd is closed at exit).
+  // Unlinking before sizing leaves no window in which a sized file sits in the directory.
+  fs.unlinkSync(file);
+  return { fd, dir: arenaDir, huge: false };
+}
+
+/** Options with defaults filled in and checked, and the arena size (whole pages). */
+export function arenaOptions(options: ShmArenaOptions): Required<ShmArenaOptions> & { arenaBytes: number } {
+  const { capacityBytes, pageBytes = DRAM_PAGE_BYTES_DEFAULT, dir = '/dev/shm', prefault = true, hugePages = false } = options;
+  if (!Number.isSafeInteger(capacityBytes) || capacityBytes < 0) {
+    throw new CascadeError('EINVAL', `dram tier: capacityBytes must be a non-negative integer, got ${capacityBytes}`);
+  }
+  if (!Number.isSafeInteger(pageBytes) || pageBytes <= 0 || pageBytes % OS_PAGE_BYTES !== 0) {
+    throw new CascadeError('EINVAL', `dram tier: pageBytes must be a positive multiple of ${OS_PAGE_BYTES}, got ${pageBytes}`);
+  }
+  const arenaBytes = Math.floor(capacityBytes / pageBytes) * pageBytes;
+  return { capacityBytes, pageBytes, dir, prefault, hugePages, arenaBytes };
+}
+
 /** Prefault writes zeros in chunks of this size (bounded scratch buffer). */
 const PREFAULT_CHUNK_BYTES = 8 * MiB;
 /** One pread/pwrite moves at most this much (Linux caps a single call just under 2 GiB anyway). */
@@ -214,37 +255,9 @@ export class ShmArenaTier implements Tier {
   }
 
   static async open(options: ShmArenaOptions): Promise<ShmArenaTier> {
-    const { capacityBytes, pageBytes = DRAM_PAGE_BYTES_DEFAULT, dir = '/dev/shm', prefault = true, hugePages = false } = options;
-    if (!Number.isSafeInteger(capacityBytes) || capacityBytes < 0) {
-      throw new CascadeError('EINVAL', `dram tier: capacityBytes must be a non-negative integer, got ${capacityBytes}`);
-    }
-    if (!Number.isSafeInteger(pageBytes) || pageBytes <= 0 || pageBytes % OS_PAGE_BYTES !== 0) {
-      throw new CascadeError('EINVAL', `dram tier: pageBytes must be a positive multiple of ${OS_PAGE_BYTES}, got ${pageBytes}`);
-    }
-    const arenaPages = Math.floor(capacityBytes / pageBytes);
-    const arenaBytes = arenaPages * pageBytes;
-    let arenaDir = fs.existsSync(dir) ? dir : os.tmpdir();
-    let fd: number | undefined;
-    if (hugePages !== false && arenaBytes > 0) {
-      try {
-        ({ fd, dir: arenaDir } = openHugeArenaFile(arenaBytes));
-      } catch (e) {
-        if (hugePages === true) throw ioError('dram tier: cannot mount a huge-page tmpfs (needs CAP_SYS_ADMIN)', e);
-      }
-    }
-    const huge = fd !== undefined;
-    if (fd === undefined) {
-      const file = path.join(arenaDir, `cascade-dram-${process.pid}-${randomBytes(8).toString('hex')}.arena`);
-      try {
-        fd = fs.openSync(file, 'wx+', 0o600);
-      } catch (e) {
-        throw ioError(`dram tier: cannot create arena in ${arenaDir}`, e);
-      }
-      // Unlink at once and keep only the fd: the memory lives as long as the fd does, so a daemon that
-      // is SIGKILLed leaks no shared memory (the kernel frees it when the fd is closed at exit).
-      // Unlinking before sizing leaves no window in which a sized file sits in the directory.
-      fs.unlinkSync(file);
-    }
+    const { pageBytes, dir, prefault, hugePages, arenaBytes } = arenaOptions(options);
+    const arenaPages = arenaBytes / pageBytes;
+    const { fd, dir: arenaDir, huge } = openArenaFile(arenaBytes, dir, hugePages);
     try {
       fs.ftruncateSync(fd, arenaBytes);
       if (prefault && arenaBytes > 0) {

@@ -1,0 +1,105 @@
+// Module entry: the classes and functions of the binding, and the build's features. native/types.ts
+// declares this exact shape; native/index.ts loads it and checks it.
+#include <napi.h>
+#include <openssl/opensslv.h>
+
+#include <memory>
+
+#include "../core/mapping.h"
+#include "common.h"
+#include "init.h"
+
+namespace cascade {
+
+namespace {
+
+// A read-only mapping; view() hands out Buffers over it. Each view keeps the mapping alive (shared
+// ownership), so close() followed by the use of an old view never touches unmapped memory.
+class MappingWrap : public Napi::ObjectWrap<MappingWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Mapping",
+                       {InstanceMethod("view", &MappingWrap::View), InstanceMethod("close", &MappingWrap::Close),
+                        InstanceAccessor("lengthBytes", &MappingWrap::Length, nullptr)});
+  }
+  // new Mapping(path)
+  explicit MappingWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MappingWrap>(info) {
+    std::string path;
+    if (!ArgString(info, 0, "path", &path)) return;
+    Mapping* m = nullptr;
+    std::string error;
+    Status s = Mapping::Open(path, &m, &error);
+    if (s != Status::kOk) {
+      ThrowStatus(info.Env(), s, error);
+      return;
+    }
+    mapping_.reset(m);
+  }
+
+ private:
+  Napi::Value View(const Napi::CallbackInfo& info) {
+    uint64_t offset, length;
+    if (!mapping_) {
+      ThrowCode(info.Env(), "EBADF", "mapping is closed");
+      return info.Env().Undefined();
+    }
+    if (!ArgU64(info, 0, "offsetBytes", &offset) || !ArgU64(info, 1, "lengthBytes", &length)) return info.Env().Undefined();
+    if (offset > mapping_->lengthBytes() || length > mapping_->lengthBytes() - offset) {
+      ThrowCode(info.Env(), "ERANGE", "view lies outside the mapping");
+      return info.Env().Undefined();
+    }
+    auto* keep = new std::shared_ptr<Mapping>(mapping_);
+    // Read-only memory: a JS write through the view faults. Callers get it as a Buffer to read.
+    return Napi::Buffer<uint8_t>::New(
+        info.Env(), const_cast<uint8_t*>(mapping_->base() + offset), length,
+        [](Napi::Env, uint8_t*, std::shared_ptr<Mapping>* hint) { delete hint; }, keep);
+  }
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    mapping_.reset();
+    return info.Env().Undefined();
+  }
+  Napi::Value Length(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), mapping_ ? static_cast<double>(mapping_->lengthBytes()) : 0);
+  }
+  std::shared_ptr<Mapping> mapping_;
+};
+
+Napi::Object Features(Napi::Env env) {
+  Napi::Object f = Napi::Object::New(env);
+#ifdef CASCADE_WITH_CUDA
+  f.Set("cuda", true);
+#else
+  f.Set("cuda", false);
+#endif
+#ifdef CASCADE_WITH_LIBFABRIC
+  f.Set("libfabric", true);
+#else
+  f.Set("libfabric", false);
+#endif
+#ifdef CASCADE_ASAN
+  f.Set("asan", true);
+#else
+  f.Set("asan", false);
+#endif
+  f.Set("openssl", OPENSSL_VERSION_TEXT);
+  return f;
+}
+
+}  // namespace
+
+void InitMapping(Napi::Env env, Napi::Object exports) { exports.Set("Mapping", MappingWrap::Define(env)); }
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("abiVersion", Napi::Number::New(env, 1));
+  exports.Set("features", Features(env));
+  InitArena(env, exports);
+  InitHashIo(env, exports);
+  InitMapping(env, exports);
+  return exports;
+}
+
+}  // namespace cascade
+
+static Napi::Object InitCascadeNative(Napi::Env env, Napi::Object exports) { return cascade::Init(env, exports); }
+
+NODE_API_MODULE(cascade_native, InitCascadeNative)

@@ -1,0 +1,240 @@
+// JS class Arena over core/arena.h. Small copies run on the calling (JS) thread, where a memcpy is
+// cheaper than a hop to a worker; readAsync/writeAsync move large copies off the JS thread.
+#include "init.h"
+
+#include <memory>
+#include <vector>
+
+#include "../core/arena.h"
+#include "common.h"
+
+namespace cascade {
+
+namespace {
+
+class ArenaWrap;
+
+class ArenaCopyWorker : public PromiseWorker {
+ public:
+  ArenaCopyWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, bool write, uint64_t handle, uint64_t offsetBytes, uint8_t* data,
+                  uint64_t lengthBytes);
+  void Execute() override {
+    status_ = write_ ? arena_->Write(handle_, offsetBytes_, data_, lengthBytes_)
+                     : arena_->Read(handle_, offsetBytes_, data_, lengthBytes_, &copiedBytes_);
+    if (status_ != Status::kOk) message_ = write_ ? "arena write failed" : "arena read failed";
+  }
+
+ protected:
+  Napi::Value Result() override {
+    return write_ ? Env().Undefined() : Napi::Number::New(Env(), static_cast<double>(copiedBytes_));
+  }
+  void Settled() override;
+
+ private:
+  ArenaWrap* owner_;
+  Arena* arena_;
+  bool write_;
+  uint64_t handle_, offsetBytes_;
+  uint8_t* data_;
+  uint64_t lengthBytes_, copiedBytes_ = 0;
+};
+
+class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Arena",
+                       {InstanceMethod("allocate", &ArenaWrap::Allocate), InstanceMethod("free", &ArenaWrap::Free),
+                        InstanceMethod("write", &ArenaWrap::Write), InstanceMethod("read", &ArenaWrap::Read),
+                        InstanceMethod("writeAsync", &ArenaWrap::WriteAsync), InstanceMethod("readAsync", &ArenaWrap::ReadAsync),
+                        InstanceMethod("describe", &ArenaWrap::Describe), InstanceMethod("stats", &ArenaWrap::Stats),
+                        InstanceMethod("region", &ArenaWrap::Region), InstanceMethod("close", &ArenaWrap::Close)});
+  }
+
+  // new Arena(fd, capacityBytes, pageBytes, prefault)
+  explicit ArenaWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ArenaWrap>(info) {
+    uint64_t fd, capacityBytes, pageBytes;
+    bool prefault;
+    if (!ArgU64(info, 0, "fd", &fd) || !ArgU64(info, 1, "capacityBytes", &capacityBytes) || !ArgU64(info, 2, "pageBytes", &pageBytes) ||
+        !ArgBool(info, 3, "prefault", &prefault))
+      return;
+    ArenaConfig config;
+    config.fd = fd > 0x7fffffff ? -1 : static_cast<int>(fd);
+    config.capacityBytes = capacityBytes;
+    config.pageBytes = pageBytes;
+    config.prefault = prefault;
+    std::string error;
+    Arena* arena = nullptr;
+    Status s = Arena::Open(config, &arena, &error);
+    if (s != Status::kOk) {
+      ThrowStatus(info.Env(), s, error);
+      return;
+    }
+    arena_.reset(arena);
+  }
+
+  void CopyDone() {
+    inFlight_--;
+    if (closed_ && inFlight_ == 0) arena_.reset();
+  }
+
+ private:
+  Arena* Open(const Napi::CallbackInfo& info) {
+    if (!arena_ || closed_) {
+      ThrowCode(info.Env(), "EBADF", "arena is closed");
+      return nullptr;
+    }
+    return arena_.get();
+  }
+
+  Napi::Value Allocate(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    uint64_t size;
+    if (a == nullptr || !ArgU64(info, 0, "sizeBytes", &size)) return info.Env().Undefined();
+    uint64_t handle;
+    Status s = a->Allocate(size, &handle);
+    if (s != Status::kOk) {
+      ThrowStatus(info.Env(), s, "arena: no room for " + std::to_string(size) + " bytes");
+      return info.Env().Undefined();
+    }
+    return Napi::Number::New(info.Env(), static_cast<double>(handle));
+  }
+
+  Napi::Value Free(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    uint64_t handle;
+    if (a == nullptr || !ArgU64(info, 0, "handle", &handle)) return info.Env().Undefined();
+    Status s = a->Free(handle);
+    if (s != Status::kOk) ThrowStatus(info.Env(), s, "arena: stale handle " + std::to_string(handle));
+    return info.Env().Undefined();
+  }
+
+  bool CopyArgs(const Napi::CallbackInfo& info, uint64_t* handle, uint64_t* offset, uint8_t** data, uint64_t* length) {
+    return ArgU64(info, 0, "handle", handle) && ArgU64(info, 1, "offsetBytes", offset) && ArgBytes(info, 2, "buffer", data, length);
+  }
+
+  Napi::Value Write(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    uint64_t handle, offset, length;
+    uint8_t* data;
+    if (a == nullptr || !CopyArgs(info, &handle, &offset, &data, &length)) return info.Env().Undefined();
+    Status s = a->Write(handle, offset, data, length);
+    if (s != Status::kOk) ThrowStatus(info.Env(), s, "arena write failed");
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Read(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    uint64_t handle, offset, length, copied = 0;
+    uint8_t* data;
+    if (a == nullptr || !CopyArgs(info, &handle, &offset, &data, &length)) return info.Env().Undefined();
+    Status s = a->Read(handle, offset, data, length, &copied);
+    if (s != Status::kOk) {
+      ThrowStatus(info.Env(), s, "arena read failed");
+      return info.Env().Undefined();
+    }
+    return Napi::Number::New(info.Env(), static_cast<double>(copied));
+  }
+
+  Napi::Value CopyAsync(const Napi::CallbackInfo& info, bool write) {
+    Arena* a = Open(info);
+    uint64_t handle, offset, length;
+    uint8_t* data;
+    if (a == nullptr || !CopyArgs(info, &handle, &offset, &data, &length)) return info.Env().Undefined();
+    auto* worker = new ArenaCopyWorker(info.Env(), this, a, write, handle, offset, data, length);
+    worker->Keep(info.This());  // the arena object outlives the copy
+    worker->Keep(info[2]);      // and so does the buffer
+    inFlight_++;
+    worker->Queue();
+    return worker->Promise();
+  }
+  Napi::Value WriteAsync(const Napi::CallbackInfo& info) { return CopyAsync(info, true); }
+  Napi::Value ReadAsync(const Napi::CallbackInfo& info) { return CopyAsync(info, false); }
+
+  Napi::Value Describe(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    uint64_t handle;
+    if (a == nullptr || !ArgU64(info, 0, "handle", &handle)) return info.Env().Undefined();
+    uint64_t size;
+    std::vector<Extent> extents;
+    Status s = a->Describe(handle, &size, &extents);
+    if (s != Status::kOk) {
+      ThrowStatus(info.Env(), s, "arena: stale handle " + std::to_string(handle));
+      return info.Env().Undefined();
+    }
+    Napi::Env env = info.Env();
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("sizeBytes", Napi::Number::New(env, static_cast<double>(size)));
+    Napi::Array list = Napi::Array::New(env, extents.size() * 2);
+    for (size_t i = 0; i < extents.size(); i++) {
+      list.Set(static_cast<uint32_t>(2 * i), Napi::Number::New(env, static_cast<double>(extents[i].arenaOffsetBytes)));
+      list.Set(static_cast<uint32_t>(2 * i + 1), Napi::Number::New(env, static_cast<double>(extents[i].lengthBytes)));
+    }
+    out.Set("extents", list);
+    return out;
+  }
+
+  Napi::Value Stats(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    if (a == nullptr) return info.Env().Undefined();
+    const ArenaStats s = a->Stats();
+    Napi::Env env = info.Env();
+    Napi::Object o = Napi::Object::New(env);
+    auto set = [&](const char* k, uint64_t v) { o.Set(k, Napi::Number::New(env, static_cast<double>(v))); };
+    set("capacityBytes", s.capacityBytes);
+    set("pageBytes", s.pageBytes);
+    set("usedBytes", s.usedBytes);
+    set("freeBytes", s.freeBytes);
+    set("largestFreeBytes", s.largestFreeBytes);
+    set("freeExtents", s.freeExtents);
+    set("liveBlocks", s.liveBlocks);
+    set("allocations", s.allocations);
+    set("frees", s.frees);
+    set("staleRejects", s.staleRejects);
+    set("noSpaceFailures", s.noSpaceFailures);
+    set("deferredFrees", s.deferredFrees);
+    set("copiesInFlight", s.copiesInFlight);
+    return o;
+  }
+
+  // The mapping, for RDMA registration (address as a BigInt) and for same-node clients (the fd).
+  Napi::Value Region(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    if (a == nullptr) return info.Env().Undefined();
+    Napi::Env env = info.Env();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("address", Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a->base()))));
+    o.Set("lengthBytes", Napi::Number::New(env, static_cast<double>(a->capacityBytes())));
+    o.Set("fd", Napi::Number::New(env, a->fd()));
+    return o;
+  }
+
+  // Closing with copies in flight defers the unmap to the last one; new calls fail with EBADF at once.
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    closed_ = true;
+    if (inFlight_ == 0) arena_.reset();
+    return info.Env().Undefined();
+  }
+
+  std::unique_ptr<Arena> arena_;
+  bool closed_ = false;
+  uint32_t inFlight_ = 0;  // touched on the JS thread only
+};
+
+ArenaCopyWorker::ArenaCopyWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, bool write, uint64_t handle, uint64_t offsetBytes,
+                                 uint8_t* data, uint64_t lengthBytes)
+    : PromiseWorker(env, write ? "cascade.arena.write" : "cascade.arena.read"),
+      owner_(owner),
+      arena_(arena),
+      write_(write),
+      handle_(handle),
+      offsetBytes_(offsetBytes),
+      data_(data),
+      lengthBytes_(lengthBytes) {}
+
+void ArenaCopyWorker::Settled() { owner_->CopyDone(); }
+
+}  // namespace
+
+void InitArena(Napi::Env env, Napi::Object exports) { exports.Set("Arena", ArenaWrap::Define(env)); }
+
+}  // namespace cascade

@@ -1,0 +1,362 @@
+#include "arena.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstdlib>
+#include <cstdio>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+namespace cascade {
+
+namespace {
+
+// Invariants that only a bug in this file can break: crash loudly, never serve wrong bytes.
+void Check(bool ok, const char* what) {
+  if (!ok) {
+    fprintf(stderr, "cascade native: broken invariant: %s\n", what);
+    abort();
+  }
+}
+
+std::string Errno(const char* what) {
+  return std::string(what) + ": " + strerror(errno);
+}
+
+}  // namespace
+
+uint64_t Arena::MakeHandle(uint32_t generation, uint32_t slotIndex) {
+  return (uint64_t{generation} << kHandleSlotBits) | (uint64_t{slotIndex} + 1);
+}
+
+Status Arena::Open(const ArenaConfig& config, Arena** out, std::string* error) {
+  *out = nullptr;
+  if (config.fd < 0) {
+    *error = "arena: fd must be an open file descriptor";
+    return Status::kInvalid;
+  }
+  if (config.pageBytes == 0 || config.pageBytes % kOsPageBytes != 0) {
+    *error = "arena: pageBytes must be a positive multiple of 4096";
+    return Status::kInvalid;
+  }
+  const uint64_t pages = config.capacityBytes / config.pageBytes;
+  const uint64_t bytes = pages * config.pageBytes;
+  if (pages == 0) {
+    *error = "arena: capacityBytes must hold at least one page";
+    return Status::kInvalid;
+  }
+  const int fd = fcntl(config.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = Errno("arena: dup");
+    return Status::kIo;
+  }
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    *error = Errno("arena: ftruncate");
+    close(fd);
+    return errno == ENOSPC || errno == EFBIG ? Status::kNoSpace : Status::kIo;
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    *error = Errno("arena: mmap");
+    close(fd);
+    return Status::kIo;
+  }
+  if (config.prefault) {
+    // One call where the kernel has it (5.14+); otherwise touch one byte per OS page. A tmpfs that
+    // cannot hold the arena fails here (SIGBUS on touch is avoided by MADV_POPULATE_WRITE's error).
+    if (madvise(base, bytes, MADV_POPULATE_WRITE) != 0) {
+      if (errno == EINVAL) {
+        auto* p = static_cast<volatile uint8_t*>(base);
+        for (uint64_t off = 0; off < bytes; off += kOsPageBytes) p[off] = 0;
+      } else {
+        *error = Errno("arena: prefault (is the tmpfs big enough?)");
+        munmap(base, bytes);
+        close(fd);
+        return Status::kNoSpace;
+      }
+    }
+  }
+  *out = new Arena(fd, static_cast<uint8_t*>(base), bytes, config.pageBytes);
+  return Status::kOk;
+}
+
+Arena::Arena(int fd, uint8_t* base, uint64_t capacityBytes, uint64_t pageBytes)
+    : fd_(fd), base_(base), capacityBytes_(capacityBytes), pageBytes_(pageBytes), totalPages_(capacityBytes / pageBytes) {
+  freeByStart_[0] = totalPages_;
+  freeBySize_.insert({totalPages_, 0});
+  freePages_ = totalPages_;
+}
+
+Arena::~Arena() {
+  // The binding only destroys an arena with no copies in flight (it waits for its workers).
+  munmap(base_, capacityBytes_);
+  close(fd_);
+}
+
+bool Arena::TakePages(uint64_t pageCount, std::vector<Extent>* runs) {
+  if (pageCount == 0) return true;
+  if (pageCount > freePages_) return false;
+  // Best fit in one run when possible: keeps large runs for large blocks.
+  auto fit = freeBySize_.lower_bound({pageCount, 0});
+  if (fit != freeBySize_.end()) {
+    const uint64_t length = fit->first, start = fit->second;
+    freeBySize_.erase(fit);
+    freeByStart_.erase(start);
+    if (length > pageCount) {
+      freeByStart_[start + pageCount] = length - pageCount;
+      freeBySize_.insert({length - pageCount, start + pageCount});
+    }
+    freePages_ -= pageCount;
+    runs->push_back({start * pageBytes_, pageCount * pageBytes_});
+    return true;
+  }
+  // Otherwise the largest runs first, so the block has as few pieces as possible.
+  std::vector<std::pair<uint64_t, uint64_t>> taken;  // (start, length) in pages
+  uint64_t remaining = pageCount;
+  for (auto it = freeBySize_.rbegin(); it != freeBySize_.rend() && remaining > 0; ++it) {
+    if (taken.size() >= kExtentsPerBlockMax) return false;
+    const uint64_t n = std::min(it->first, remaining);
+    taken.push_back({it->second, n});
+    remaining -= n;
+  }
+  Check(remaining == 0, "free page count covers the request");
+  for (const auto& [start, n] : taken) {
+    const uint64_t length = freeByStart_.at(start);
+    freeBySize_.erase({length, start});
+    freeByStart_.erase(start);
+    if (length > n) {
+      freeByStart_[start + n] = length - n;
+      freeBySize_.insert({length - n, start + n});
+    }
+  }
+  freePages_ -= pageCount;
+  // Arena order makes a whole-block read walk memory forwards.
+  std::sort(taken.begin(), taken.end());
+  for (const auto& [start, n] : taken) runs->push_back({start * pageBytes_, n * pageBytes_});
+  return true;
+}
+
+void Arena::ReturnRun(uint64_t startPage, uint64_t pageCount) {
+  if (pageCount == 0) return;
+  Check(startPage + pageCount <= totalPages_, "freed run lies in the arena");
+  auto next = freeByStart_.lower_bound(startPage);
+  Check(next == freeByStart_.end() || startPage + pageCount <= next->first, "freed run overlaps free space (double free)");
+  uint64_t start = startPage, length = pageCount;
+  if (next != freeByStart_.begin()) {
+    auto prev = std::prev(next);
+    Check(prev->first + prev->second <= startPage, "freed run overlaps free space (double free)");
+    if (prev->first + prev->second == startPage) {
+      start = prev->first;
+      length += prev->second;
+      freeBySize_.erase({prev->second, prev->first});
+      freeByStart_.erase(prev);
+    }
+  }
+  if (next != freeByStart_.end() && next->first == startPage + pageCount) {
+    length += next->second;
+    freeBySize_.erase({next->second, next->first});
+    freeByStart_.erase(next);
+  }
+  freeByStart_[start] = length;
+  freeBySize_.insert({length, start});
+  freePages_ += pageCount;
+}
+
+Status Arena::Allocate(uint64_t sizeBytes, uint64_t* handle) {
+  if (sizeBytes > capacityBytes_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    counters_.noSpaceFailures++;
+    return Status::kNoSpace;
+  }
+  const uint64_t pageCount = (sizeBytes + pageBytes_ - 1) / pageBytes_;
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t index;
+  if (!freeSlots_.empty()) {
+    index = freeSlots_.back();
+  } else {
+    if (slots_.size() >= kArenaSlotsMax) {
+      counters_.noSpaceFailures++;
+      return Status::kNoSpace;
+    }
+    index = static_cast<uint32_t>(slots_.size());
+  }
+  std::vector<Extent> runs;
+  if (!TakePages(pageCount, &runs)) {
+    counters_.noSpaceFailures++;
+    return Status::kNoSpace;
+  }
+  if (index == slots_.size()) {
+    slots_.emplace_back();
+  } else {
+    freeSlots_.pop_back();
+  }
+  Slot& slot = slots_[index];
+  Check(!slot.live && slot.copiesInFlight == 0 && !slot.releasePending, "a free slot is idle");
+  slot.live = true;
+  slot.sizeBytes = sizeBytes;
+  slot.runs = std::move(runs);
+  slot.blockOffsets.clear();
+  uint64_t at = 0;
+  for (const Extent& e : slot.runs) {
+    slot.blockOffsets.push_back(at);
+    at += e.lengthBytes;
+  }
+  Check(at == pageCount * pageBytes_, "runs cover the block's pages");
+  counters_.allocations++;
+  *handle = MakeHandle(slot.generation, index);
+  return Status::kOk;
+}
+
+Status Arena::Lookup(uint64_t handle, uint32_t* slotIndex) {
+  const uint64_t slotField = handle & ((uint64_t{1} << kHandleSlotBits) - 1);
+  const uint64_t generation = handle >> kHandleSlotBits;
+  if (slotField == 0 || slotField > slots_.size() || generation > kGenerationMax) {
+    counters_.staleRejects++;
+    return Status::kStale;
+  }
+  const Slot& slot = slots_[slotField - 1];
+  if (!slot.live || slot.generation != generation) {
+    counters_.staleRejects++;
+    return Status::kStale;
+  }
+  *slotIndex = static_cast<uint32_t>(slotField - 1);
+  return Status::kOk;
+}
+
+void Arena::ReleasePages(uint32_t slotIndex) {
+  Slot& slot = slots_[slotIndex];
+  for (const Extent& e : slot.runs) ReturnRun(e.arenaOffsetBytes / pageBytes_, e.lengthBytes / pageBytes_);
+  slot.runs.clear();
+  slot.blockOffsets.clear();
+  slot.sizeBytes = 0;
+  slot.releasePending = false;
+  freeSlots_.push_back(slotIndex);
+}
+
+Status Arena::Free(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t index;
+  Status s = Lookup(handle, &index);
+  if (s != Status::kOk) return s;
+  Slot& slot = slots_[index];
+  slot.live = false;
+  // A new generation now: the freed handle is stale at once, even while its pages are still read.
+  slot.generation = slot.generation == kGenerationMax ? 1 : slot.generation + 1;
+  counters_.frees++;
+  if (slot.copiesInFlight > 0) {
+    slot.releasePending = true;
+    counters_.deferredFrees++;
+  } else {
+    ReleasePages(index);
+  }
+  return Status::kOk;
+}
+
+Status Arena::BeginCopy(uint64_t handle, Slot** out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t index;
+  Status s = Lookup(handle, &index);
+  if (s != Status::kOk) return s;
+  Slot& slot = slots_[index];
+  slot.copiesInFlight++;
+  counters_.copiesInFlight++;
+  *out = &slot;
+  return Status::kOk;
+}
+
+void Arena::EndCopy(Slot* slot, uint32_t slotIndex) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Check(slot->copiesInFlight > 0 && counters_.copiesInFlight > 0, "copy counts balance");
+  slot->copiesInFlight--;
+  counters_.copiesInFlight--;
+  if (slot->copiesInFlight == 0 && slot->releasePending) ReleasePages(slotIndex);
+}
+
+Status Arena::Write(uint64_t handle, uint64_t offsetBytes, const uint8_t* source, uint64_t lengthBytes) {
+  Slot* slot;
+  Status s = BeginCopy(handle, &slot);
+  if (s != Status::kOk) return s;
+  const uint32_t index = static_cast<uint32_t>((handle & ((uint64_t{1} << kHandleSlotBits) - 1)) - 1);
+  // The runs of a slot with a copy in flight never change (Free defers), so they are read unlocked.
+  if (offsetBytes > slot->sizeBytes || lengthBytes > slot->sizeBytes - offsetBytes) {
+    EndCopy(slot, index);
+    return Status::kRange;
+  }
+  uint64_t done = 0;
+  auto it = std::upper_bound(slot->blockOffsets.begin(), slot->blockOffsets.end(), offsetBytes);
+  for (size_t i = static_cast<size_t>(it - slot->blockOffsets.begin()) - 1; done < lengthBytes; i++) {
+    Check(i < slot->runs.size(), "runs cover the write");
+    const uint64_t within = offsetBytes + done - slot->blockOffsets[i];
+    const uint64_t n = std::min(slot->runs[i].lengthBytes - within, lengthBytes - done);
+    memcpy(base_ + slot->runs[i].arenaOffsetBytes + within, source + done, n);
+    done += n;
+  }
+  EndCopy(slot, index);
+  return Status::kOk;
+}
+
+Status Arena::Read(uint64_t handle, uint64_t offsetBytes, uint8_t* target, uint64_t lengthBytes, uint64_t* copiedBytes) {
+  *copiedBytes = 0;
+  Slot* slot;
+  Status s = BeginCopy(handle, &slot);
+  if (s != Status::kOk) return s;
+  const uint32_t index = static_cast<uint32_t>((handle & ((uint64_t{1} << kHandleSlotBits) - 1)) - 1);
+  if (offsetBytes >= slot->sizeBytes) {
+    EndCopy(slot, index);
+    return Status::kOk;
+  }
+  const uint64_t want = std::min(lengthBytes, slot->sizeBytes - offsetBytes);
+  uint64_t done = 0;
+  auto it = std::upper_bound(slot->blockOffsets.begin(), slot->blockOffsets.end(), offsetBytes);
+  for (size_t i = static_cast<size_t>(it - slot->blockOffsets.begin()) - 1; done < want; i++) {
+    Check(i < slot->runs.size(), "runs cover the read");
+    const uint64_t within = offsetBytes + done - slot->blockOffsets[i];
+    const uint64_t n = std::min(slot->runs[i].lengthBytes - within, want - done);
+    memcpy(target + done, base_ + slot->runs[i].arenaOffsetBytes + within, n);
+    done += n;
+  }
+  EndCopy(slot, index);
+  *copiedBytes = want;
+  return Status::kOk;
+}
+
+Status Arena::Describe(uint64_t handle, uint64_t* sizeBytes, std::vector<Extent>* extents) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t index;
+  Status s = Lookup(handle, &index);
+  if (s != Status::kOk) return s;
+  const Slot& slot = slots_[index];
+  *sizeBytes = slot.sizeBytes;
+  extents->clear();
+  uint64_t left = slot.sizeBytes;
+  for (const Extent& e : slot.runs) {
+    if (left == 0) break;
+    const uint64_t n = std::min(e.lengthBytes, left);  // the last run's tail pages hold no block bytes
+    extents->push_back({e.arenaOffsetBytes, n});
+    left -= n;
+  }
+  return Status::kOk;
+}
+
+ArenaStats Arena::Stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ArenaStats s = counters_;
+  s.capacityBytes = capacityBytes_;
+  s.pageBytes = pageBytes_;
+  s.freeBytes = freePages_ * pageBytes_;
+  s.usedBytes = capacityBytes_ - s.freeBytes;
+  s.largestFreeBytes = freeBySize_.empty() ? 0 : freeBySize_.rbegin()->first * pageBytes_;
+  s.freeExtents = freeByStart_.size();
+  s.liveBlocks = counters_.allocations - counters_.frees;
+  return s;
+}
+
+}  // namespace cascade

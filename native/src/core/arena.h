@@ -1,0 +1,132 @@
+// The DRAM tier's shared-memory arena: one file in tmpfs (/dev/shm or a private huge-page tmpfs),
+// mapped MAP_SHARED, carved into fixed-size pages. A block is a list of page runs (extents), so a large
+// block never needs a contiguous region and free space never needs compacting.
+//
+// Blocks are named by handles that carry a generation: freeing a block bumps its slot's generation,
+// so a stale handle is rejected (kStale), never served another block's bytes. A free that races a copy
+// in progress defers returning the pages until the copy is done, so a reader never sees reused memory.
+//
+// Thread safety: every method may be called from any thread. One mutex guards the tables; copies run
+// outside it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "status.h"
+
+namespace cascade {
+
+// A handle packs (generation, slot + 1) into 53 bits so JavaScript holds it exactly as a number.
+constexpr uint64_t kHandleSlotBits = 22;
+constexpr uint64_t kHandleGenerationBits = 31;
+constexpr uint64_t kArenaSlotsMax = (uint64_t{1} << kHandleSlotBits) - 1;  // slot + 1 fits the field
+constexpr uint64_t kGenerationMax = (uint64_t{1} << kHandleGenerationBits) - 1;
+static_assert(kHandleSlotBits + kHandleGenerationBits <= 53, "handles stay exact in a JS number");
+
+// A large block in a fragmented arena may take many runs; past this an allocation fails (kNoSpace)
+// rather than let one block's extent list grow without bound.
+constexpr uint64_t kExtentsPerBlockMax = 65536;
+constexpr uint64_t kOsPageBytes = 4096;
+
+struct ArenaConfig {
+  int fd = -1;                 // a tmpfs file to map; the arena dups it and owns the dup
+  uint64_t capacityBytes = 0;  // rounded down to whole pages; the file is sized to it
+  uint64_t pageBytes = 64 * 1024;
+  bool prefault = true;        // fault every page in at open, so first touches stay off the put path
+};
+
+struct Extent {
+  uint64_t arenaOffsetBytes;
+  uint64_t lengthBytes;
+};
+
+struct ArenaStats {
+  uint64_t capacityBytes;
+  uint64_t pageBytes;
+  uint64_t usedBytes;     // pages held by live blocks and by freed blocks still being read
+  uint64_t freeBytes;
+  uint64_t largestFreeBytes;
+  uint64_t freeExtents;
+  uint64_t liveBlocks;
+  uint64_t allocations;
+  uint64_t frees;
+  uint64_t staleRejects;
+  uint64_t noSpaceFailures;
+  uint64_t deferredFrees;  // frees that waited for a copy in progress
+  uint64_t copiesInFlight;
+};
+
+class Arena {
+ public:
+  // Maps the file and sizes it; on failure returns a status and sets *error.
+  static Status Open(const ArenaConfig& config, Arena** out, std::string* error);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  // Reserve room for a block of sizeBytes (0 is allowed: an empty block holds no pages).
+  Status Allocate(uint64_t sizeBytes, uint64_t* handle);
+  // Release a block. Later use of the handle is kStale.
+  Status Free(uint64_t handle);
+  // Copy into / out of a block at offsetBytes. Write must stay inside the block (kRange otherwise);
+  // Read is clipped at the block's end and reports the bytes copied.
+  Status Write(uint64_t handle, uint64_t offsetBytes, const uint8_t* source, uint64_t lengthBytes);
+  Status Read(uint64_t handle, uint64_t offsetBytes, uint8_t* target, uint64_t lengthBytes, uint64_t* copiedBytes);
+  // The block's size and its extents in block order (byte 0 of the block is the first extent's first byte).
+  Status Describe(uint64_t handle, uint64_t* sizeBytes, std::vector<Extent>* extents);
+
+  ArenaStats Stats();
+  // The whole mapping: what RDMA registration and same-node clients need.
+  uint8_t* base() const { return base_; }
+  uint64_t capacityBytes() const { return capacityBytes_; }
+  uint64_t pageBytes() const { return pageBytes_; }
+  int fd() const { return fd_; }
+
+ private:
+  struct Slot {
+    uint32_t generation = 1;
+    bool live = false;          // allocated and not freed
+    bool releasePending = false;  // freed while copies were in flight
+    uint32_t copiesInFlight = 0;
+    uint64_t sizeBytes = 0;
+    // Runs in block order; blockOffsets[i] is the block offset of runs[i]'s first byte.
+    std::vector<Extent> runs;
+    std::vector<uint64_t> blockOffsets;
+  };
+
+  Arena(int fd, uint8_t* base, uint64_t capacityBytes, uint64_t pageBytes);
+
+  // Under mutex_: find the live slot for a handle and count a copy in flight.
+  Status BeginCopy(uint64_t handle, Slot** slot);
+  void EndCopy(Slot* slot, uint32_t slotIndex);
+  Status Lookup(uint64_t handle, uint32_t* slotIndex);
+  void ReleasePages(uint32_t slotIndex);
+  bool TakePages(uint64_t pageCount, std::vector<Extent>* runs);
+  void ReturnRun(uint64_t startPage, uint64_t pageCount);
+  static uint64_t MakeHandle(uint32_t generation, uint32_t slotIndex);
+
+  int fd_;
+  uint8_t* base_;
+  uint64_t capacityBytes_;
+  uint64_t pageBytes_;
+  uint64_t totalPages_;
+
+  std::mutex mutex_;
+  std::deque<Slot> slots_;  // a deque: growing it never moves a slot a copy is using
+  std::vector<uint32_t> freeSlots_;
+  // Free pages: by start (to merge neighbours) and by (length, start) (for best fit).
+  std::map<uint64_t, uint64_t> freeByStart_;
+  std::set<std::pair<uint64_t, uint64_t>> freeBySize_;
+  uint64_t freePages_;
+  ArenaStats counters_{};
+};
+
+}  // namespace cascade

@@ -1,0 +1,341 @@
+// Tests of the native core without Node: the arena allocator under random stress against a shadow
+// model, stale handles, a full arena, frees racing copies on other threads, and SHA-256 against known
+// vectors. Built with -DCASCADE_NATIVE_TESTS=ON (and -DCASCADE_ASAN=ON by native/test/run.sh).
+// Exit status 0 when every check passes; each failure prints what differed.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../src/core/arena.h"
+#include "../src/core/io.h"
+#include "../src/core/sha256.h"
+
+using namespace cascade;
+
+static int failures = 0;
+#define EXPECT(cond)                                                         \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
+      failures++;                                                            \
+    }                                                                        \
+  } while (0)
+
+namespace {
+
+int ShmFd() {
+  const int fd = memfd_create("cascade-native-test", MFD_CLOEXEC);
+  if (fd < 0) {
+    perror("memfd_create");
+    exit(2);
+  }
+  return fd;
+}
+
+Arena* OpenArena(uint64_t capacityBytes, uint64_t pageBytes, bool prefault = true) {
+  const int fd = ShmFd();
+  ArenaConfig c;
+  c.fd = fd;
+  c.capacityBytes = capacityBytes;
+  c.pageBytes = pageBytes;
+  c.prefault = prefault;
+  Arena* a = nullptr;
+  std::string error;
+  Status s = Arena::Open(c, &a, &error);
+  close(fd);
+  if (s != Status::kOk) {
+    fprintf(stderr, "arena open failed: %s\n", error.c_str());
+    exit(2);
+  }
+  return a;
+}
+
+// Fill with a pattern derived from a seed so every block's bytes are checkable.
+void Pattern(std::vector<uint8_t>* buf, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+}
+
+void TestBadConfig() {
+  Arena* a = nullptr;
+  std::string error;
+  ArenaConfig c;
+  EXPECT(Arena::Open(c, &a, &error) == Status::kInvalid);  // no fd
+  c.fd = ShmFd();
+  c.capacityBytes = 1 << 20;
+  c.pageBytes = 1000;  // not a multiple of 4096
+  EXPECT(Arena::Open(c, &a, &error) == Status::kInvalid);
+  c.pageBytes = 4096;
+  c.capacityBytes = 100;  // less than a page
+  EXPECT(Arena::Open(c, &a, &error) == Status::kInvalid);
+  close(c.fd);
+  EXPECT(a == nullptr);
+}
+
+void TestStaleHandles() {
+  Arena* a = OpenArena(1 << 20, 4096);
+  uint64_t h;
+  EXPECT(a->Allocate(10000, &h) == Status::kOk);
+  std::vector<uint8_t> data(10000, 7), out(10000);
+  EXPECT(a->Write(h, 0, data.data(), data.size()) == Status::kOk);
+  EXPECT(a->Free(h) == Status::kOk);
+  uint64_t copied = 99;
+  EXPECT(a->Read(h, 0, out.data(), out.size(), &copied) == Status::kStale);
+  EXPECT(copied == 0);
+  EXPECT(a->Write(h, 0, data.data(), 1) == Status::kStale);
+  EXPECT(a->Free(h) == Status::kStale);  // double free
+  uint64_t size;
+  std::vector<Extent> extents;
+  EXPECT(a->Describe(h, &size, &extents) == Status::kStale);
+  // The slot is reused with a new generation: the old handle still fails, the new one works.
+  uint64_t h2;
+  EXPECT(a->Allocate(10000, &h2) == Status::kOk);
+  EXPECT(h2 != h);
+  EXPECT(a->Read(h, 0, out.data(), out.size(), &copied) == Status::kStale);
+  EXPECT(a->Read(h2, 0, out.data(), out.size(), &copied) == Status::kOk && copied == 10000);
+  // Handles that never existed.
+  for (uint64_t bogus : {uint64_t{0}, uint64_t{1} << 40, h2 + 1, (h2 & ~uint64_t{0x3fffff}) | 0x3fffff, ~uint64_t{0} >> 11}) {
+    EXPECT(a->Read(bogus, 0, out.data(), out.size(), &copied) == Status::kStale);
+  }
+  EXPECT(a->Stats().staleRejects >= 9);
+  delete a;
+}
+
+void TestFullAndRanges() {
+  Arena* a = OpenArena(64 * 4096, 4096);
+  std::vector<uint64_t> hs;
+  uint64_t h;
+  for (int i = 0; i < 64; i++) {
+    EXPECT(a->Allocate(4096, &h) == Status::kOk);
+    hs.push_back(h);
+  }
+  EXPECT(a->Allocate(1, &h) == Status::kNoSpace);
+  EXPECT(a->Allocate(uint64_t{1} << 50, &h) == Status::kNoSpace);
+  EXPECT(a->Stats().freeBytes == 0);
+  EXPECT(a->Stats().noSpaceFailures == 2);
+  // Free every other page: 32 free pages, none adjacent. A 32-page block still fits, in 32 pieces.
+  for (size_t i = 0; i < hs.size(); i += 2) EXPECT(a->Free(hs[i]) == Status::kOk);
+  uint64_t big;
+  EXPECT(a->Allocate(32 * 4096, &big) == Status::kOk);
+  uint64_t size;
+  std::vector<Extent> extents;
+  EXPECT(a->Describe(big, &size, &extents) == Status::kOk);
+  EXPECT(size == 32 * 4096 && extents.size() == 32);
+  std::vector<uint8_t> data(32 * 4096), out(32 * 4096);
+  Pattern(&data, 42);
+  EXPECT(a->Write(big, 0, data.data(), data.size()) == Status::kOk);
+  uint64_t copied;
+  EXPECT(a->Read(big, 0, out.data(), out.size(), &copied) == Status::kOk && copied == out.size() && out == data);
+  // Reads at offsets that straddle extents.
+  std::vector<uint8_t> piece(5000);
+  EXPECT(a->Read(big, 4000, piece.data(), piece.size(), &copied) == Status::kOk && copied == 5000);
+  EXPECT(memcmp(piece.data(), data.data() + 4000, 5000) == 0);
+  // Clipped at the end; nothing past it.
+  EXPECT(a->Read(big, data.size() - 10, piece.data(), piece.size(), &copied) == Status::kOk && copied == 10);
+  EXPECT(a->Read(big, data.size() + 1, piece.data(), piece.size(), &copied) == Status::kOk && copied == 0);
+  // Writes past the end are refused whole.
+  EXPECT(a->Write(big, data.size() - 10, piece.data(), 11) == Status::kRange);
+  EXPECT(a->Write(big, ~uint64_t{0}, piece.data(), 1) == Status::kRange);
+  // An empty block holds no pages.
+  uint64_t empty;
+  EXPECT(a->Allocate(0, &empty) == Status::kOk);
+  EXPECT(a->Read(empty, 0, piece.data(), 1, &copied) == Status::kOk && copied == 0);
+  delete a;
+}
+
+// Random allocations and frees against a shadow model: every live block keeps its bytes, no two live
+// blocks share a page, and the free + used accounting adds up.
+void TestStress() {
+  const uint64_t page = 4096, pages = 2048;
+  Arena* a = OpenArena(page * pages, page, false);
+  std::mt19937_64 rng(1234);
+  struct Live {
+    uint64_t handle, size, seed;
+  };
+  std::vector<Live> live;
+  uint64_t noSpace = 0;
+  for (int step = 0; step < 20000; step++) {
+    const bool alloc = live.empty() || (rng() % 100) < 55;
+    if (alloc) {
+      // Mostly small, sometimes large: sizes from 0 to 256 pages.
+      const uint64_t size = (rng() % 8 == 0) ? rng() % (256 * page) : rng() % (8 * page);
+      uint64_t h;
+      Status s = a->Allocate(size, &h);
+      if (s == Status::kNoSpace) {
+        noSpace++;
+        EXPECT(a->Stats().freeBytes < ((size + page - 1) / page) * page);
+        continue;
+      }
+      EXPECT(s == Status::kOk);
+      const uint64_t seed = rng();
+      std::vector<uint8_t> data(size);
+      Pattern(&data, seed);
+      EXPECT(a->Write(h, 0, data.data(), size) == Status::kOk);
+      live.push_back({h, size, seed});
+    } else {
+      const size_t i = rng() % live.size();
+      // Check the bytes before freeing.
+      std::vector<uint8_t> want(live[i].size), got(live[i].size);
+      Pattern(&want, live[i].seed);
+      uint64_t copied;
+      EXPECT(a->Read(live[i].handle, 0, got.data(), got.size(), &copied) == Status::kOk && copied == got.size());
+      EXPECT(got == want);
+      EXPECT(a->Free(live[i].handle) == Status::kOk);
+      live[i] = live.back();
+      live.pop_back();
+    }
+    if (step % 1000 == 0) {
+      // No page belongs to two live blocks; used bytes equal the live blocks' pages.
+      std::vector<int> owner(pages, -1);
+      uint64_t usedPages = 0;
+      for (size_t i = 0; i < live.size(); i++) {
+        uint64_t size;
+        std::vector<Extent> extents;
+        EXPECT(a->Describe(live[i].handle, &size, &extents) == Status::kOk && size == live[i].size);
+        usedPages += (size + page - 1) / page;
+        for (const Extent& e : extents) {
+          for (uint64_t p = e.arenaOffsetBytes / page; p < (e.arenaOffsetBytes + e.lengthBytes + page - 1) / page; p++) {
+            EXPECT(owner[p] == -1);
+            owner[p] = static_cast<int>(i);
+          }
+        }
+      }
+      const ArenaStats st = a->Stats();
+      EXPECT(st.usedBytes == usedPages * page);
+      EXPECT(st.usedBytes + st.freeBytes == st.capacityBytes);
+      EXPECT(st.liveBlocks == live.size());
+    }
+  }
+  EXPECT(noSpace > 0);  // the stress reached a full arena
+  for (const Live& l : live) EXPECT(a->Free(l.handle) == Status::kOk);
+  const ArenaStats st = a->Stats();
+  EXPECT(st.freeBytes == st.capacityBytes && st.freeExtents == 1 && st.largestFreeBytes == st.capacityBytes);
+  delete a;
+}
+
+// Readers on other threads copy blocks while the main thread frees and reallocates them. A read either
+// succeeds with the block's own bytes or fails as stale: never another block's bytes.
+void TestFreeRacingReads() {
+  const uint64_t page = 4096, blockBytes = 256 * 1024;
+  Arena* a = OpenArena(64 * blockBytes, page);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> good{0}, stale{0}, wrong{0};
+  const int slots = 16;
+  std::vector<std::atomic<uint64_t>> handles(slots);
+  // Block content is the handle's low byte repeated, so a reader can tell whose bytes it got.
+  auto fill = [&](uint64_t h) {
+    std::vector<uint8_t> data(blockBytes, static_cast<uint8_t>(h & 0xff));
+    EXPECT(a->Write(h, 0, data.data(), data.size()) == Status::kOk);
+  };
+  for (int i = 0; i < slots; i++) {
+    uint64_t h;
+    EXPECT(a->Allocate(blockBytes, &h) == Status::kOk);
+    fill(h);
+    handles[i] = h;
+  }
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; t++) {
+    readers.emplace_back([&, t] {
+      std::vector<uint8_t> out(blockBytes);
+      std::mt19937 rng(t);
+      while (!stop) {
+        const uint64_t h = handles[rng() % slots];
+        uint64_t copied;
+        Status s = a->Read(h, 0, out.data(), out.size(), &copied);
+        if (s == Status::kStale) {
+          stale++;
+          continue;
+        }
+        bool same = copied == blockBytes;
+        for (uint64_t i = 0; i < copied && same; i += 4096) same = out[i] == static_cast<uint8_t>(h & 0xff);
+        (same ? good : wrong)++;
+      }
+    });
+  }
+  std::mt19937 rng(99);
+  for (int round = 0; round < 5000; round++) {
+    const int i = rng() % slots;
+    EXPECT(a->Free(handles[i]) == Status::kOk);
+    uint64_t h;
+    EXPECT(a->Allocate(blockBytes, &h) == Status::kOk);
+    fill(h);
+    handles[i] = h;
+  }
+  stop = true;
+  for (auto& r : readers) r.join();
+  EXPECT(wrong == 0);
+  EXPECT(good > 0);
+  const ArenaStats st = a->Stats();
+  EXPECT(st.copiesInFlight == 0);
+  EXPECT(st.usedBytes == slots * blockBytes);
+  fprintf(stderr, "  free-racing-reads: %llu good, %llu stale, %llu deferred frees, 0 wrong\n", (unsigned long long)good.load(),
+          (unsigned long long)stale.load(), (unsigned long long)st.deferredFrees);
+  delete a;
+}
+
+void TestSha256() {
+  std::string hex;
+  EXPECT(Sha256Hex(nullptr, 0, &hex) == Status::kOk && hex == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const std::string abc = "abc";
+  EXPECT(Sha256Hex(reinterpret_cast<const uint8_t*>(abc.data()), abc.size(), &hex) == Status::kOk &&
+         hex == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // Streaming in uneven pieces equals one shot; digest() does not end the stream.
+  std::vector<uint8_t> data(3 * 1000 * 1000 + 17);
+  Pattern(&data, 5);
+  std::string whole, partial, streamed;
+  EXPECT(Sha256Hex(data.data(), data.size(), &whole) == Status::kOk);
+  Sha256 h;
+  uint64_t at = 0;
+  std::mt19937 rng(3);
+  while (at < data.size()) {
+    const uint64_t n = std::min<uint64_t>(rng() % 200000, data.size() - at);
+    EXPECT(h.Update(data.data() + at, n) == Status::kOk);
+    at += n;
+    if (at > data.size() / 2 && partial.empty()) EXPECT(h.HexDigest(&partial) == Status::kOk);
+  }
+  EXPECT(h.HexDigest(&streamed) == Status::kOk && streamed == whole && partial != whole);
+  EXPECT(h.bytesHashed() == data.size());
+}
+
+void TestIo() {
+  const int fd = ShmFd();
+  std::vector<uint8_t> data(1 << 20), out(1 << 20);
+  Pattern(&data, 8);
+  int err = 0;
+  EXPECT(PwriteFully(fd, data.data(), data.size(), 4096, &err) == Status::kOk);
+  uint64_t n = 0;
+  EXPECT(PreadFully(fd, out.data(), out.size(), 4096, &n, &err) == Status::kOk && n == out.size() && out == data);
+  EXPECT(PreadFully(fd, out.data(), out.size(), 4096 + out.size() - 5, &n, &err) == Status::kOk && n == 5);  // end of file
+  EXPECT(Fdatasync(fd, &err) == Status::kOk);
+  EXPECT(Fadvise(fd, 0, 0, "dontneed", &err) == Status::kOk);
+  EXPECT(Fadvise(fd, 0, 0, "bogus", &err) == Status::kInvalid);
+  close(fd);
+  EXPECT(PreadFully(fd, out.data(), 1, 0, &n, &err) == Status::kIo && err == EBADF);
+}
+
+}  // namespace
+
+int main() {
+  TestBadConfig();
+  TestStaleHandles();
+  TestFullAndRanges();
+  TestStress();
+  TestFreeRacingReads();
+  TestSha256();
+  TestIo();
+  if (failures > 0) {
+    fprintf(stderr, "native tests: %d check(s) failed\n", failures);
+    return 1;
+  }
+  fprintf(stderr, "native tests: all checks passed\n");
+  return 0;
+}

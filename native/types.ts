@@ -1,0 +1,110 @@
+/**
+ * The exact shape of the compiled binding (native/build/Release/cascade_native.node). Keep in step with
+ * native/src/binding/*.cc; native/index.ts checks at load time that every member below exists.
+ *
+ * Every function validates its arguments again in C++ and throws an Error with `code` set to one of
+ * NativeCode; nothing else crosses the boundary (no C++ exceptions, no aborts on bad input).
+ */
+
+export type NativeCode = 'EINVAL' | 'ENOSPC' | 'ESTALE' | 'ERANGE' | 'EIO' | 'EBUSY' | 'EBADF' | 'ENOENT' | 'ENOMEM';
+
+export interface NativeFeatures {
+  /** Built with CASCADE_WITH_CUDA (GPU HBM tier parts). */
+  cuda: boolean;
+  /** Built with CASCADE_WITH_LIBFABRIC (RDMA parts). */
+  libfabric: boolean;
+  /** Built with CASCADE_ASAN. */
+  asan: boolean;
+  /** OPENSSL_VERSION_TEXT of the libcrypto the hashing was compiled against. */
+  openssl: string;
+}
+
+export interface NativeArenaStats {
+  capacityBytes: number;
+  pageBytes: number;
+  /** Pages held by live blocks and by freed blocks whose copies are still running. */
+  usedBytes: number;
+  freeBytes: number;
+  largestFreeBytes: number;
+  freeExtents: number;
+  liveBlocks: number;
+  allocations: number;
+  frees: number;
+  /** Calls rejected because the handle's block was freed (or never existed). */
+  staleRejects: number;
+  noSpaceFailures: number;
+  /** Frees whose pages waited for a copy in progress. */
+  deferredFrees: number;
+  copiesInFlight: number;
+}
+
+/** The arena's one mapping: what RDMA registration needs (address, length) and what clients map (fd). */
+export interface NativeRegion {
+  address: bigint;
+  lengthBytes: number;
+  fd: number;
+}
+
+export interface NativeArenaBinding {
+  /** A handle for a new block of `sizeBytes` (its bytes are unspecified until written). ENOSPC when full. */
+  allocate(sizeBytes: number): number;
+  /** Release a block; the handle is stale from now on (ESTALE). */
+  free(handle: number): void;
+  /** Copy `source` into the block at `offsetBytes` (ERANGE past the block's end). On the calling thread. */
+  write(handle: number, offsetBytes: number, source: Uint8Array): void;
+  /** Copy from the block into `target`, clipped at the block's end; returns bytes copied. On the calling thread. */
+  read(handle: number, offsetBytes: number, target: Uint8Array): number;
+  /** As write(), on a worker thread. The buffer must not change until the promise settles. */
+  writeAsync(handle: number, offsetBytes: number, source: Uint8Array): Promise<void>;
+  /** As read(), on a worker thread. */
+  readAsync(handle: number, offsetBytes: number, target: Uint8Array): Promise<number>;
+  /** Size and extents (flat [arenaOffsetBytes, lengthBytes, ...], block order) of a live block. */
+  describe(handle: number): { sizeBytes: number; extents: number[] };
+  stats(): NativeArenaStats;
+  region(): NativeRegion;
+  /** Unmap (after copies in flight finish). Later calls throw EBADF. */
+  close(): void;
+}
+
+export interface NativeHasherBinding {
+  /** Feed bytes on a worker thread. One at a time: a second call before this settles throws EBUSY. */
+  update(data: Uint8Array): Promise<void>;
+  updateSync(data: Uint8Array): void;
+  /** Hex SHA-256 of everything fed so far; the hasher stays usable. EBUSY while an update runs. */
+  digest(): string;
+  reset(): void;
+  readonly bytesHashed: number;
+  readonly busy: boolean;
+}
+
+export interface NativeMappingBinding {
+  /** A Buffer over [offsetBytes, offsetBytes + lengthBytes) of the mapping; read-only memory. */
+  view(offsetBytes: number, lengthBytes: number): Buffer;
+  /** Drop this object's hold; the memory is unmapped when the last view is collected. */
+  close(): void;
+  readonly lengthBytes: number;
+}
+
+export interface NativeBinding {
+  abiVersion: number;
+  features: NativeFeatures;
+  Arena: new (fd: number, capacityBytes: number, pageBytes: number, prefault: boolean) => NativeArenaBinding;
+  Hasher: new () => NativeHasherBinding;
+  Mapping: new (path: string) => NativeMappingBinding;
+  sha256(data: Uint8Array): Promise<string>;
+  sha256Sync(data: Uint8Array): string;
+  /** memmove of `source` into `target` at `targetOffsetBytes`, on a worker thread. */
+  copyAsync(target: Uint8Array, targetOffsetBytes: number, source: Uint8Array): Promise<void>;
+  /** Reads until `target` is full or end of file; returns bytes read. */
+  pread(fd: number, target: Uint8Array, offsetBytes: number): Promise<number>;
+  pwrite(fd: number, source: Uint8Array, offsetBytes: number): Promise<void>;
+  fdatasync(fd: number): Promise<void>;
+  fadvise(fd: number, offsetBytes: number, lengthBytes: number, advice: 'normal' | 'sequential' | 'random' | 'willneed' | 'dontneed' | 'noreuse'): void;
+  /** open(2) with O_CLOEXEC, and O_DIRECT when `direct` (buffers, offsets, lengths must then be 4 KiB aligned). */
+  openFile(path: string, write: boolean, create: boolean, direct: boolean): number;
+  /** A 4 KiB-aligned Buffer (for O_DIRECT). */
+  alignedBuffer(lengthBytes: number): Buffer;
+}
+
+/** The ABI this TypeScript expects; a binding built from other sources is refused at load. */
+export const NATIVE_ABI_VERSION = 1;

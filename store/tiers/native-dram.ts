@@ -1,0 +1,211 @@
+/**
+ * The DRAM tier on the native arena (native/src/core/arena.cc): the same unlinked shared-memory file as
+ * ShmArenaTier, but mapped, so a read is one memcpy straight into the caller's buffer (a FUSE read
+ * buffer included) with no system call, and large copies run on a worker thread, off the JS thread.
+ *
+ * Blocks are held by generation-checked native handles. A delete racing a copy in progress is safe: the
+ * arena keeps the pages until the copy ends, and the handle is stale at once.
+ */
+import * as fs from 'node:fs';
+import { MiB } from '../constants';
+import { assert, CascadeError } from '../errors';
+import { validateSha256 } from '../names';
+import type { Tier, TierEntry, TierStats } from '../tier';
+import { nativeCode, requireNative, type NativeArenaBinding, type NativeArenaStats, type NativeRegion } from '../../native';
+import { arenaOptions, openArenaFile, type ShmArenaOptions } from './dram';
+
+/**
+ * Copies at least this large go to a worker thread. Smaller ones (FUSE's 128 KiB reads) run inline: a
+ * memcpy of 1 MiB takes ~50 us here, less than a round trip through the libuv pool.
+ */
+export const NATIVE_ASYNC_COPY_MIN_BYTES = 1 * MiB;
+
+interface NativeBlock {
+  handle: number;
+  sizeBytes: number;
+}
+
+/** Where a block's bytes are in the arena mapping: for same-node clients and later RDMA. */
+export interface ArenaExtents {
+  sizeBytes: number;
+  /** [arenaOffsetBytes, lengthBytes] pairs in block order. */
+  extents: Array<[number, number]>;
+}
+
+export class NativeArenaTier implements Tier {
+  readonly name = 'dram' as const;
+  readonly persistent = false;
+  readonly reclaimsOnDelete = true;
+  readonly capacityBytes: number;
+  readonly pageBytes: number;
+  readonly arenaDir: string;
+
+  private arena: NativeArenaBinding | undefined;
+  private closed = false;
+  private readonly blocks = new Map<string, NativeBlock>();
+  /** Writes in flight by key: a second write of the same content waits for the first. */
+  private readonly writing = new Map<string, Promise<void>>();
+
+  private constructor(arena: NativeArenaBinding | undefined, arenaDir: string, capacityBytes: number, pageBytes: number, readonly hugePages: boolean) {
+    this.arena = arena;
+    this.arenaDir = arenaDir;
+    this.capacityBytes = capacityBytes;
+    this.pageBytes = pageBytes;
+  }
+
+  static async open(options: ShmArenaOptions): Promise<NativeArenaTier> {
+    const binding = requireNative('the native DRAM tier');
+    const { pageBytes, dir, prefault, hugePages, arenaBytes } = arenaOptions(options);
+    if (arenaBytes === 0) return new NativeArenaTier(undefined, dir, 0, pageBytes, false); // holds nothing
+    const { fd, dir: arenaDir, huge } = openArenaFile(arenaBytes, dir, hugePages);
+    try {
+      const arena = new binding.Arena(fd, arenaBytes, pageBytes, prefault);
+      return new NativeArenaTier(arena, arenaDir, arenaBytes, pageBytes, huge);
+    } catch (e) {
+      throw fromNative(e, `dram tier: cannot set up a ${arenaBytes}-byte arena in ${arenaDir}`);
+    } finally {
+      fs.closeSync(fd); // the arena holds its own dup
+    }
+  }
+
+  has(key: string): boolean {
+    this.checkOpen();
+    return this.blocks.has(key);
+  }
+
+  sizeOf(key: string): number | undefined {
+    this.checkOpen();
+    return this.blocks.get(key)?.sizeBytes;
+  }
+
+  footprintBytes(sizeBytes: number): number {
+    if (!Number.isSafeInteger(sizeBytes) || sizeBytes < 0) {
+      throw new CascadeError('EINVAL', `size must be a non-negative integer, got ${sizeBytes}`);
+    }
+    return Math.ceil(sizeBytes / this.pageBytes) * this.pageBytes;
+  }
+
+  freeBytes(): number {
+    this.checkOpen();
+    return this.arena ? this.arena.stats().freeBytes : 0;
+  }
+
+  async write(key: string, data: Uint8Array): Promise<void> {
+    this.checkOpen();
+    validateSha256(key);
+    for (let w = this.writing.get(key); w !== undefined; w = this.writing.get(key)) await w.catch(() => undefined);
+    if (this.blocks.has(key)) return; // content addressing: same key, same bytes
+    const arena = this.arena;
+    if (arena === undefined) throw new CascadeError('ENOSPC', `dram tier: ${data.byteLength} bytes needed, the arena is empty-sized`);
+    let handle: number;
+    try {
+      handle = arena.allocate(data.byteLength);
+    } catch (e) {
+      throw fromNative(e, `dram tier: ${this.footprintBytes(data.byteLength)} bytes needed, ${this.freeBytes()} free`);
+    }
+    const done = (async () => {
+      try {
+        if (data.byteLength >= NATIVE_ASYNC_COPY_MIN_BYTES) await arena.writeAsync(handle, 0, data);
+        else arena.write(handle, 0, data);
+      } catch (e) {
+        arena.free(handle); // nothing half-written stays allocated or visible
+        throw fromNative(e, `dram tier: write of ${key} failed`);
+      }
+      // Visible only once every byte is in place.
+      this.blocks.set(key, { handle, sizeBytes: data.byteLength });
+    })();
+    this.writing.set(key, done);
+    try {
+      await done;
+    } finally {
+      this.writing.delete(key);
+    }
+  }
+
+  async read(key: string, offsetBytes: number, target: Uint8Array): Promise<number> {
+    this.checkOpen();
+    if (!Number.isSafeInteger(offsetBytes) || offsetBytes < 0) {
+      throw new CascadeError('EINVAL', `offset must be a non-negative integer, got ${offsetBytes}`);
+    }
+    const block = this.blocks.get(key);
+    if (block === undefined || this.arena === undefined) throw new CascadeError('ENOENT', `dram tier: no block ${key}`);
+    try {
+      const n =
+        target.byteLength >= NATIVE_ASYNC_COPY_MIN_BYTES
+          ? await this.arena.readAsync(block.handle, offsetBytes, target)
+          : this.arena.read(block.handle, offsetBytes, target);
+      assert(n === Math.max(0, Math.min(target.byteLength, block.sizeBytes - offsetBytes)), 'arena read fills what the block has');
+      return n;
+    } catch (e) {
+      // A block deleted while an async copy was queued has a stale handle: it is gone, not corrupt.
+      if (nativeCode(e) === 'ESTALE') throw new CascadeError('ENOENT', `dram tier: block ${key} was deleted during the read`);
+      throw fromNative(e, `dram tier: read of ${key} failed`);
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    this.checkOpen();
+    const block = this.blocks.get(key);
+    if (block === undefined || this.arena === undefined) return;
+    this.blocks.delete(key);
+    this.arena.free(block.handle);
+  }
+
+  scan(): TierEntry[] {
+    this.checkOpen();
+    return Array.from(this.blocks, ([key, block]) => ({ key, sizeBytes: block.sizeBytes }));
+  }
+
+  async sync(): Promise<void> {
+    this.checkOpen(); // memory: nothing to make durable
+  }
+
+  stats(): TierStats {
+    this.checkOpen();
+    return { name: this.name, capacityBytes: this.capacityBytes, usedBytes: this.arena?.stats().usedBytes ?? 0, blocks: this.blocks.size };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.allSettled([...this.writing.values()]);
+    this.blocks.clear();
+    this.arena?.close(); // unmaps once copies in flight are done; tmpfs frees the memory with the last fd
+    this.arena = undefined;
+  }
+
+  /** Where a block's bytes lie in the arena mapping, or undefined when the block is not here. */
+  extentsOf(key: string): ArenaExtents | undefined {
+    this.checkOpen();
+    const block = this.blocks.get(key);
+    if (block === undefined || this.arena === undefined) return undefined;
+    const { sizeBytes, extents } = this.arena.describe(block.handle);
+    const pairs: Array<[number, number]> = [];
+    for (let i = 0; i < extents.length; i += 2) pairs.push([extents[i], extents[i + 1]]);
+    return { sizeBytes, extents: pairs };
+  }
+
+  /** The arena mapping (address for RDMA registration, fd for same-node clients). */
+  region(): NativeRegion | undefined {
+    this.checkOpen();
+    return this.arena?.region();
+  }
+
+  arenaStats(): NativeArenaStats | undefined {
+    this.checkOpen();
+    return this.arena?.stats();
+  }
+
+  private checkOpen(): void {
+    if (this.closed) throw new CascadeError('EBUSY', 'dram tier is closed');
+  }
+}
+
+/** A binding error becomes a CascadeError with the same meaning; anything else passes through. */
+function fromNative(e: unknown, message: string): Error {
+  if (e instanceof CascadeError) return e;
+  const code = nativeCode(e);
+  if (code === undefined) return e instanceof Error ? e : new Error(String(e));
+  const mapped = code === 'ENOSPC' || code === 'ENOMEM' ? 'ENOSPC' : code === 'EINVAL' || code === 'ERANGE' ? 'EINVAL' : 'EIO';
+  return new CascadeError(mapped, `${message}: ${(e as Error).message}`, { cause: e });
+}
