@@ -24,7 +24,7 @@ import { CascadeError, isCascadeError } from '../store/errors';
 import { StreamHasher } from '../store/hash';
 import type { VersionRecord } from '../store/meta';
 import { validateComponent, validateName, validateSha256 } from '../store/names';
-import type { Store } from '../store/store';
+import type { DramHold, Store } from '../store/store';
 import { DirTree, split } from './tree';
 import type { CascadeFsOps, FileAttr, FsStatfs, Handle } from './types';
 
@@ -60,6 +60,8 @@ const LIST_PAGE = 10_000;
 export interface CascadeFsOptions {
   uid: number;
   gid: number;
+  /** What /.cascade/client.json shows: how same-node clients reach the daemon (absent: no such file). */
+  clientInfo?: () => object | undefined;
   /** Bytes all staging buffers may hold together (default: a quarter of memory, at most 8 GiB). */
   stagingCapacityBytes?: number;
   log?: (message: string) => void;
@@ -96,7 +98,7 @@ type Parsed =
   | { kind: 'root' }
   | { kind: 'kv'; rel: string } // '' is /kv itself
   | { kind: 'meta' } // /.cascade
-  | { kind: 'stats' }
+  | { kind: 'stats'; file: 'stats.json' | 'client.json' } // the virtual files in /.cascade
   | { kind: 'versions'; rel: string | undefined } // /.cascade/versions (undefined) or .../versions/kv/<rel>
   | { kind: 'atroot' } // /.cascade/at
   | { kind: 'at'; timeMs: number; rel: string | undefined }; // /.cascade/at/<ms> (undefined) or .../kv/<rel>
@@ -168,7 +170,7 @@ export class CascadeFs implements CascadeFsOps {
       case 'atroot':
         return this.dirAttr(path);
       case 'stats':
-        return this.fileAttr(path, (await this.stats()).length, Date.now(), 0o444, fnv1a53(path));
+        return this.fileAttr(path, (await this.metaFile(p.file)).length, Date.now(), 0o444, fnv1a53(path));
       case 'kv': {
         const kind = this.tree.kindOf(p.rel);
         if (kind === 'dir') return this.dirAttr(path);
@@ -195,7 +197,7 @@ export class CascadeFs implements CascadeFsOps {
       case 'root':
         return ['kv', '.cascade'];
       case 'meta':
-        return ['stats.json', 'versions', 'at'];
+        return this.options.clientInfo?.() ? ['stats.json', 'client.json', 'versions', 'at'] : ['stats.json', 'versions', 'at'];
       case 'atroot':
         return []; // any unix-ms below it is valid; there is nothing to list
       case 'stats':
@@ -244,7 +246,7 @@ export class CascadeFs implements CascadeFsOps {
     const writing = (flags & O_ACCMODE) === O_WRONLY || (flags & O_ACCMODE) === O_RDWR;
     if (p.kind !== 'kv') {
       if (writing) throw new CascadeError('EROFS', `${path} is read-only`);
-      if (p.kind === 'stats') return this.addHandle({ kind: 'virtual', data: await this.stats() });
+      if (p.kind === 'stats') return this.addHandle({ kind: 'virtual', data: await this.metaFile(p.file) });
       const target = p.kind === 'versions' || p.kind === 'at' ? await this.resolveVirtual(p) : 'dir';
       if (target === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
       return this.addHandle({ kind: 'read', version: target, release: this.store.lease(target) });
@@ -267,6 +269,29 @@ export class CascadeFs implements CascadeFsOps {
     // Created but not committed yet: its content is private to its writers, so it reads as empty.
     if (!v) return this.addHandle({ kind: 'virtual', data: Buffer.alloc(0) });
     return this.addHandle({ kind: 'read', version: v, release: this.store.lease(v) });
+  }
+
+  /**
+   * For same-node clients: the version a read-only open of `path` would read (a file under /kv, or a
+   * /.cascade/versions or /.cascade/at path), held in the DRAM arena until release().
+   */
+  async holdForClient(path: string): Promise<DramHold> {
+    const p = parse(path);
+    let v: VersionRecord | undefined;
+    if (p.kind === 'kv') {
+      const kind = this.tree.kindOf(p.rel);
+      if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
+      if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
+      v = await this.current(p.rel);
+      if (v === undefined) throw new CascadeError('ENOENT', `${path} has no committed version yet`);
+    } else if (p.kind === 'versions' || p.kind === 'at') {
+      const target = await this.resolveVirtual(p);
+      if (target === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
+      v = target;
+    } else {
+      throw new CascadeError('EINVAL', `${path} is not a block`);
+    }
+    return this.store.holdInDram(v);
   }
 
   async read(handle: Handle, target: Buffer, offsetBytes: number): Promise<number> {
@@ -744,6 +769,13 @@ export class CascadeFs implements CascadeFsOps {
     return this.store.resolve(parent, { version: Number(base) });
   }
 
+  private async metaFile(file: 'stats.json' | 'client.json'): Promise<Buffer> {
+    if (file === 'stats.json') return this.stats();
+    const info = this.options.clientInfo?.();
+    if (info === undefined) throw new CascadeError('ENOENT', 'no same-node client service on this mount');
+    return Buffer.from(JSON.stringify(info, null, 2) + '\n');
+  }
+
   private async stats(): Promise<Buffer> {
     if (!this.statsSnapshot || Date.now() - this.statsSnapshot.atMs >= STATS_SNAPSHOT_MS) {
       const s = await this.store.stats();
@@ -802,7 +834,7 @@ export function parse(path: string): Parsed {
   if (parts[0] === 'kv') return { kind: 'kv', rel: parts.slice(1).join('/') };
   if (parts[0] !== '.cascade') throw new CascadeError('ENOENT', `no such file: ${path}`);
   if (parts.length === 1) return { kind: 'meta' };
-  if (parts[1] === 'stats.json' && parts.length === 2) return { kind: 'stats' };
+  if ((parts[1] === 'stats.json' || parts[1] === 'client.json') && parts.length === 2) return { kind: 'stats', file: parts[1] };
   if (parts[1] === 'versions') {
     if (parts.length === 2) return { kind: 'versions', rel: undefined };
     if (parts[2] !== 'kv') throw new CascadeError('ENOENT', `no such file: ${path}`);

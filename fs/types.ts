@@ -3,6 +3,7 @@
  * values or throw CascadeError with a symbolic code. No errno numbers here; mount/errno.ts translates.
  * Paths are absolute within the mount ('/', '/kv/<model>/...', '/.cascade/...').
  */
+import type { DramHold } from '../store/store';
 
 export interface FileAttr {
   /** S_IFREG | perms or S_IFDIR | perms. */
@@ -57,6 +58,11 @@ export interface CascadeFsOps {
   setxattr(path: string, name: string, value: Buffer): Promise<void>;
   listxattr(path: string): Promise<string[]>;
   removexattr(path: string, name: string): Promise<void>;
+  /**
+   * Same-node clients (mount/local-server.ts): the version a read-only open of `path` would read, held
+   * in the shared DRAM arena until release(). Optional: a filesystem without a shared arena omits it.
+   */
+  holdForClient?(path: string): Promise<DramHold>;
   /** Finish background work and persist everything (clean unmount). */
   close(): Promise<void>;
 }

@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import type { CascadeFsOps } from '../fs/types';
 import { Store } from '../store/store';
 import { clearStaleMount, FuseNativeEngine, resolveMountpoint } from './fuse-engine';
+import { LocalServer } from './local-server';
 import { formatBytes } from './size';
 
 export interface MountOptions {
@@ -72,8 +73,10 @@ export async function runMount(opts: MountOptions): Promise<void> {
       log: (m) => log(`cascade: ${m}`),
     });
     try {
-      const fsOps = await (opts.createFs ?? ((st: Store) => defaultCreateFs(st, log)))(store);
+      let local: LocalServer | undefined;
+      const fsOps = await (opts.createFs ?? ((st: Store) => defaultCreateFs(st, log, () => local?.info())))(store);
       try {
+        local = await startLocalServer(store, fsOps, log);
         if (!shuttingDown) {
           engine = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, log: (m) => log(`cascade: ${m}`) });
           log(`cascade: mounted ${mnt} (engine fuse-native, data ${opts.dataDir}, DRAM ${formatBytes(opts.dramBytes)})`);
@@ -89,6 +92,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
         clearInterval(poll);
         try {
           await engine?.unmount();
+          await local?.close();
         } finally {
           await fsOps.close();
         }
@@ -104,8 +108,19 @@ export async function runMount(opts: MountOptions): Promise<void> {
 }
 
 /** The real filesystem layer, loaded on first use: tests inject their own and never load it. */
-async function defaultCreateFs(store: Store, log: (msg: string) => void): Promise<CascadeFsOps> {
+async function defaultCreateFs(store: Store, log: (msg: string) => void, clientInfo: () => object | undefined): Promise<CascadeFsOps> {
   const { createCascadeFs } = await import('../fs/cascade-fs');
   // Files belong to whoever runs the daemon; other users get what st_mode allows them.
-  return createCascadeFs(store, { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0, log: (m) => log(`cascade: ${m}`) });
+  return createCascadeFs(store, { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0, log: (m) => log(`cascade: ${m}`), clientInfo });
+}
+
+/** The same-node client service, where the DRAM tier is a shared mapping (the native arena). */
+async function startLocalServer(store: Store, fsOps: CascadeFsOps, log: (msg: string) => void): Promise<LocalServer | undefined> {
+  const region = store.dramRegion();
+  if (region === undefined || fsOps.holdForClient === undefined) {
+    log('cascade: same-node client off (needs the native addon\'s DRAM arena)');
+    return undefined;
+  }
+  const hold = fsOps.holdForClient.bind(fsOps);
+  return LocalServer.start({ hold, region, log: (m) => log(`cascade: ${m}`) });
 }

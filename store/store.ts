@@ -32,7 +32,7 @@ import { LruEviction } from './policy/lru';
 import type { EvictionPolicy, PromotionPolicy } from './policy/policy';
 import { ThresholdPromotion } from './policy/promotion';
 import { KeyedLock, SingleFlight } from './singleflight';
-import type { Tier, TierName, TierStats } from './tier';
+import { isMappedTier, type Tier, type TierName, type TierStats } from './tier';
 import { DiskSegmentTier, DiskSyncError } from './tiers/disk';
 import { ShmArenaTier } from './tiers/dram';
 import { MemoryTier } from './tiers/memory';
@@ -111,6 +111,14 @@ const LRU_MIN_BLOCK_BYTES = 4096;
 /** Pause before the flusher retries after a disk error. */
 const FLUSH_RETRY_MS = 1000;
 
+/** A version's content held in DRAM: where its bytes lie in the arena, until release(). */
+export interface DramHold {
+  version: VersionRecord;
+  /** [arenaOffsetBytes, lengthBytes] pairs in block order. */
+  extents: Array<[number, number]>;
+  release(): void;
+}
+
 /** The DRAM tier the config asks for (see StoreConfig.dram). */
 async function openDram(config: StoreConfig): Promise<Tier> {
   const kind = config.dram ?? (nativeBinding() ? 'native' : 'shm');
@@ -148,6 +156,8 @@ export class Store {
   private readonly leases = new Map<string, number>();
   /** Content whose reclamation was deferred by a lease. */
   private readonly deferredReclaim = new Set<string>();
+  /** Content held in DRAM for same-node clients that read the arena directly: never evicted while held. */
+  private readonly dramHolds = new Map<string, number>();
   private pinnedBytes = 0;
   private flusher: Promise<void> | undefined;
   private flushRetry: NodeJS.Timeout | undefined;
@@ -333,6 +343,51 @@ export class Store {
         void this.reclaim([sha]).catch((e) => this.warn(`reclaim of ${sha} failed: ${String(e)}`));
       }
     };
+  }
+
+  /**
+   * Keep a version's content in the DRAM tier (loading it from disk, verified, when needed) until
+   * release(): it is neither evicted nor reclaimed meanwhile, so its extents stay valid. For same-node
+   * clients that read the shared arena directly. Only a mapped DRAM tier (the native arena) has extents;
+   * with another tier this throws EOPNOTSUPP.
+   */
+  async holdInDram(v: VersionRecord): Promise<DramHold> {
+    this.checkOpen();
+    const dram = this.dram;
+    if (!isMappedTier(dram)) throw new CascadeError('EOPNOTSUPP', 'the DRAM tier is not a shared mapping (native addon off?)');
+    const sha = v.sha256;
+    const releaseLease = this.lease(v);
+    try {
+      const extents = await this.locks.with(sha, async () => {
+        await this.ensureInDram(sha, v.sizeBytes);
+        this.dramHolds.set(sha, (this.dramHolds.get(sha) ?? 0) + 1);
+        const e = dram.extentsOf(sha);
+        assert(e !== undefined && e.sizeBytes === v.sizeBytes, 'held content is in DRAM with its size');
+        return e.extents;
+      });
+      let released = false;
+      return {
+        version: v,
+        extents,
+        release: () => {
+          if (released) return;
+          released = true;
+          const n = (this.dramHolds.get(sha) ?? 1) - 1;
+          if (n > 0) this.dramHolds.set(sha, n);
+          else this.dramHolds.delete(sha);
+          releaseLease();
+        },
+      };
+    } catch (e) {
+      releaseLease();
+      throw e;
+    }
+  }
+
+  /** The DRAM tier's shared mapping, when it has one (see holdInDram). */
+  dramRegion(): { address: bigint; lengthBytes: number; fd: number } | undefined {
+    this.checkOpen();
+    return isMappedTier(this.dram) ? this.dram.region() : undefined;
   }
 
   isPinned(sha256: string): boolean {
@@ -559,7 +614,7 @@ export class Store {
   }
 
   private evictable(key: string): boolean {
-    return !this.pinned.has(key) && !this.dirty.has(key) && !this.unsynced.has(key) && this.disk.has(key);
+    return !this.pinned.has(key) && !this.dramHolds.has(key) && !this.dirty.has(key) && !this.unsynced.has(key) && this.disk.has(key);
   }
 
   private async evict(key: string): Promise<void> {

@@ -56,3 +56,15 @@ export interface Tier {
   stats(): TierStats;
   close(): Promise<void>;
 }
+
+/** A memory tier whose blocks lie in one shared mapping that other processes can map (the native arena). */
+export interface MappedTier extends Tier {
+  /** [arenaOffsetBytes, lengthBytes] pairs of a block, in block order; undefined when absent. */
+  extentsOf(key: string): { sizeBytes: number; extents: Array<[number, number]> } | undefined;
+  /** The mapping: its fd (for /proc/<pid>/fd/<fd>), length, and address (for RDMA registration). */
+  region(): { address: bigint; lengthBytes: number; fd: number } | undefined;
+}
+
+export function isMappedTier(tier: Tier): tier is MappedTier {
+  return typeof (tier as Partial<MappedTier>).extentsOf === 'function' && typeof (tier as Partial<MappedTier>).region === 'function';
+}
