@@ -18,8 +18,9 @@
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { GiB, NAME_COMPONENT_MAX_BYTES } from '../store/constants';
-import { COPY_ASYNC_MIN_BYTES, copyBytes } from '../store/copy';
+import { allocLarge, COPY_ASYNC_MIN_BYTES, copyBytes } from '../store/copy';
 import { CascadeError, isCascadeError } from '../store/errors';
 import { StreamHasher } from '../store/hash';
 import type { VersionRecord } from '../store/meta';
@@ -150,7 +151,11 @@ export class CascadeFs implements CascadeFsOps {
     private readonly options: CascadeFsOptions,
   ) {
     this.stagingCapacityBytes = options.stagingCapacityBytes ?? Math.min(8 * GiB, Math.floor(os.totalmem() / 4));
+    // How long requests wait for the JS thread: every FUSE op is served on it. Shown in stats.json.
+    this.loopDelay.enable();
   }
+
+  private readonly loopDelay = monitorEventLoopDelay({ resolution: 1 });
 
   // ---- attributes and directories -------------------------------------------------------------------
 
@@ -523,6 +528,7 @@ export class CascadeFs implements CascadeFsOps {
   }
 
   async close(): Promise<void> {
+    this.loopDelay.disable();
     // Commit what writers left open (a clean unmount loses nothing), then persist the store.
     for (const st of [...this.staging.values()]) {
       try {
@@ -665,7 +671,7 @@ export class CascadeFs implements CascadeFsOps {
     if (this.stagingBytes + growth > this.stagingCapacityBytes) {
       throw new CascadeError('ENOSPC', `files being written hold ${this.stagingBytes} bytes; the staging limit is ${this.stagingCapacityBytes}`);
     }
-    const next = Buffer.allocUnsafe(capacity);
+    const next = allocLarge(capacity);
     this.stagingBytes += growth;
     if (!copy) return next;
     st.data.copy(next, 0, 0, st.sizeBytes);
@@ -779,7 +785,9 @@ export class CascadeFs implements CascadeFsOps {
   private async stats(): Promise<Buffer> {
     if (!this.statsSnapshot || Date.now() - this.statsSnapshot.atMs >= STATS_SNAPSHOT_MS) {
       const s = await this.store.stats();
-      const body = { ...s, fs: { openHandles: this.handles.size, stagingFiles: this.staging.size, stagingBytes: this.stagingBytes } };
+      const d = this.loopDelay;
+      const eventLoop = { delayMaxMs: d.max / 1e6, delayP99Ms: d.percentile(99) / 1e6, delayMeanMs: Number.isNaN(d.mean) ? 0 : d.mean / 1e6 };
+      const body = { ...s, fs: { openHandles: this.handles.size, stagingFiles: this.staging.size, stagingBytes: this.stagingBytes }, eventLoop };
       this.statsSnapshot = { atMs: Date.now(), data: Buffer.from(JSON.stringify(body, null, 2) + '\n') };
     }
     return this.statsSnapshot.data;

@@ -18,7 +18,7 @@ const CANDIDATES = [
 
 const REQUIRED_MEMBERS: ReadonlyArray<keyof NativeBinding> = [
   'abiVersion', 'features', 'Arena', 'Hasher', 'Mapping', 'sha256', 'sha256Sync', 'copyAsync',
-  'pread', 'pwrite', 'fdatasync', 'fadvise', 'openFile', 'alignedBuffer',
+  'pread', 'pwrite', 'fdatasync', 'fadvise', 'openFile', 'alignedBuffer', 'allocBuffer',
 ];
 
 export type NativeLoad = { ok: true; binding: NativeBinding; file: string } | { ok: false; reason: string };

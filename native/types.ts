@@ -102,6 +102,11 @@ export interface NativeBinding {
   fadvise(fd: number, offsetBytes: number, lengthBytes: number, advice: 'normal' | 'sequential' | 'random' | 'willneed' | 'dontneed' | 'noreuse'): void;
   /** open(2) with O_CLOEXEC, and O_DIRECT when `direct` (buffers, offsets, lengths must then be 4 KiB aligned). */
   openFile(path: string, write: boolean, create: boolean, direct: boolean): number;
+  /**
+   * A Buffer over fresh anonymous memory (zero pages until written), unmapped on a background thread
+   * once collected, so freeing a large one never stalls the JS thread.
+   */
+  allocBuffer(lengthBytes: number): Buffer;
   /** A 4 KiB-aligned Buffer (for O_DIRECT). */
   alignedBuffer(lengthBytes: number): Buffer;
 }

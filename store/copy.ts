@@ -17,3 +17,17 @@ export async function copyBytes(target: Uint8Array, targetOffsetBytes: number, s
   }
   await native.copyAsync(target, targetOffsetBytes, source);
 }
+
+/** Buffers at least this large come from allocLarge's native path (a freed one is unmapped off-thread). */
+export const ALLOC_NATIVE_MIN_BYTES = 8 * MiB;
+
+/**
+ * An uninitialised buffer for large staging data. With the addon, memory that is unmapped on a
+ * background thread once collected: freeing a 1 GiB buffer takes milliseconds, which would otherwise
+ * land in a GC pause on the JS thread.
+ */
+export function allocLarge(sizeBytes: number): Buffer {
+  const native = nativeBinding();
+  if (native === undefined || sizeBytes < ALLOC_NATIVE_MIN_BYTES) return Buffer.allocUnsafe(sizeBytes);
+  return native.allocBuffer(sizeBytes);
+}

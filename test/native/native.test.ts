@@ -253,6 +253,19 @@ describe('native binding', function () {
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  it('allocBuffer gives writable zeroed memory of the exact length, and rejects bad lengths', function () {
+    const b = binding();
+    const big = b.allocBuffer(9 * MiB + 3);
+    assert.equal(big.length, 9 * MiB + 3);
+    assert.equal(big[0], 0);
+    assert.equal(big[big.length - 1], 0);
+    big.fill(0xab);
+    assert.equal(big[big.length - 1], 0xab);
+    assert.equal(b.allocBuffer(0).length, 0);
+    throwsCode(() => b.allocBuffer(-1), 'EINVAL');
+    throwsCode(() => b.allocBuffer(1.5), 'EINVAL');
+  });
 });
 
 describe('NativeArenaTier', function () {

@@ -2,8 +2,14 @@
 // off-thread copy, and pread/pwrite/fdatasync/fadvise with an O_DIRECT option.
 #include <string.h>
 
+#include <sys/mman.h>
+
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "../core/io.h"
 #include "../core/sha256.h"
@@ -263,6 +269,74 @@ Napi::Value AlignedBuffer(const Napi::CallbackInfo& info) {
   return Napi::Buffer<uint8_t>::New(info.Env(), static_cast<uint8_t*>(p), length, [](Napi::Env, uint8_t* data) { free(data); });
 }
 
+// Unmapping hundreds of MiB of touched memory takes milliseconds (every page is freed). A Buffer's
+// finalizer runs on the JS thread during GC, so large buffers from allocBuffer() are unmapped here, on
+// a thread of their own, instead. Past kReclaimQueueMax waiting regions the finalizer unmaps inline.
+class Reclaimer {
+ public:
+  static Reclaimer& Get() {
+    static Reclaimer* r = new Reclaimer();  // never destroyed: the thread may outlive static teardown
+    return *r;
+  }
+  void Unmap(void* p, size_t length) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_.size() < kReclaimQueueMax) {
+        queue_.push_back({p, length});
+        cv_.notify_one();
+        return;
+      }
+    }
+    munmap(p, length);
+  }
+
+ private:
+  static constexpr size_t kReclaimQueueMax = 1024;
+  Reclaimer() {
+    std::thread([this] {
+      for (;;) {
+        std::pair<void*, size_t> job;
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          cv_.wait(lock, [this] { return !queue_.empty(); });
+          job = queue_.front();
+          queue_.pop_front();
+        }
+        munmap(job.first, job.second);
+      }
+    }).detach();
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::pair<void*, size_t>> queue_;
+};
+
+// allocBuffer(lengthBytes): an anonymous mapping as a Buffer, unmapped off the JS thread when collected.
+Napi::Value AllocBuffer(const Napi::CallbackInfo& info) {
+  uint64_t length;
+  if (!ArgU64(info, 0, "lengthBytes", &length)) return info.Env().Undefined();
+  const size_t mapped = length == 0 ? 4096 : static_cast<size_t>(length);
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    ThrowCode(info.Env(), "ENOMEM", "allocBuffer: out of memory");
+    return info.Env().Undefined();
+  }
+  auto* size = new size_t(mapped);
+  Napi::Buffer<uint8_t> buffer = Napi::Buffer<uint8_t>::New(
+      info.Env(), static_cast<uint8_t*>(p), length,
+      [](Napi::Env, uint8_t* data, size_t* hint) {
+        Reclaimer::Get().Unmap(data, *hint);
+        delete hint;
+      },
+      size);
+  if (buffer.IsEmpty()) {  // longer than a Buffer may be: the exception is pending, the finalizer never runs
+    munmap(p, mapped);
+    delete size;
+    return info.Env().Undefined();
+  }
+  return buffer;
+}
+
 }  // namespace
 
 void InitHashIo(Napi::Env env, Napi::Object exports) {
@@ -276,6 +350,7 @@ void InitHashIo(Napi::Env env, Napi::Object exports) {
   exports.Set("fadvise", Napi::Function::New(env, FadviseSync, "fadvise"));
   exports.Set("openFile", Napi::Function::New(env, OpenFileSync, "openFile"));
   exports.Set("alignedBuffer", Napi::Function::New(env, AlignedBuffer, "alignedBuffer"));
+  exports.Set("allocBuffer", Napi::Function::New(env, AllocBuffer, "allocBuffer"));
 }
 
 }  // namespace cascade
