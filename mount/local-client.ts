@@ -23,6 +23,8 @@ import { LOCAL_PROTOCOL_VERSION } from './local-server';
 /** Requests waiting for an answer on one client, at most. */
 export const LOCAL_CLIENT_PENDING_MAX = 1024;
 export const LOCAL_CLIENT_TIMEOUT_MS = 30_000;
+/** The arena is viewed through windows of this size (a Buffer is at most 4 GiB in Node 20). */
+export const LOCAL_CLIENT_WINDOW_BYTES = 1024 * 1024 * 1024;
 
 export class LocalClientError extends Error {
   constructor(
@@ -56,6 +58,7 @@ export class LocalClient {
   private nextId = 1;
   private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
   private buffered = '';
+  private readonly windows = new Map<number, Buffer>();
   private closed = false;
 
   private constructor(
@@ -106,7 +109,7 @@ export class LocalClient {
     const r = await this.request({ op: 'open', path: rel });
     const extents = r.extents as Array<[number, number]>;
     const hold = r.hold as number;
-    const views = extents.map(([offsetBytes, lengthBytes]) => this.mapping.view(offsetBytes, lengthBytes));
+    const views = extents.flatMap(([offsetBytes, lengthBytes]) => this.slice(offsetBytes, lengthBytes));
     let released = false;
     return {
       sha256: r.sha256 as string,
@@ -140,8 +143,33 @@ export class LocalClient {
     if (this.closed) return;
     this.closed = true;
     this.socket.end(); // the daemon releases every hold of this connection
+    this.windows.clear();
     this.mapping.close(); // views still referenced keep the memory mapped until collected
     this.failAll(new LocalClientError('EBADF', 'client closed'));
+  }
+
+  /**
+   * Views of [offsetBytes, +lengthBytes) of the arena, cut from windows made once per client: a new
+   * external Buffer per block would add its size to V8's external memory and bring on full GCs.
+   */
+  private slice(offsetBytes: number, lengthBytes: number): Buffer[] {
+    const out: Buffer[] = [];
+    while (lengthBytes > 0) {
+      const w = Math.floor(offsetBytes / LOCAL_CLIENT_WINDOW_BYTES);
+      const start = w * LOCAL_CLIENT_WINDOW_BYTES;
+      let window = this.windows.get(w);
+      if (window === undefined) {
+        window = this.mapping.view(start, Math.min(LOCAL_CLIENT_WINDOW_BYTES, this.mapping.lengthBytes - start));
+        this.windows.set(w, window);
+      }
+      const within = offsetBytes - start;
+      const n = Math.min(lengthBytes, window.length - within);
+      if (n <= 0) throw new LocalClientError('ERANGE', `extent at ${offsetBytes} lies outside the arena`);
+      out.push(window.subarray(within, within + n));
+      offsetBytes += n;
+      lengthBytes -= n;
+    }
+    return out;
   }
 
   private relative(file: string): string {
