@@ -36,6 +36,16 @@ export function parseOptions(program: string, argv: string[]): Options {
   return options;
 }
 
+/** A trial is chosen when its name contains one of the filter's comma-separated substrings (no filter: all). */
+export function filterMatches(filter: string | undefined, name: string): boolean {
+  if (filter === undefined) return true;
+  return filter
+    .split(',')
+    .map((f) => f.trim())
+    .filter((f) => f.length > 0)
+    .some((f) => name.includes(f));
+}
+
 export function sizeLabel(sizeBytes: number): string {
   return sizeBytes % MiB === 0 ? `${sizeBytes / MiB}MiB` : `${sizeBytes}B`;
 }
@@ -204,9 +214,12 @@ export const f3 = (x: number) => (x >= 100 ? x.toFixed(1) : x >= 10 ? x.toFixed(
 
 // ---- results file ---------------------------------------------------------------------------------
 
-/** `--out`, or bench/results/<prefix>-<date>-<hostname>[-quick].json (a quick run never overwrites the day's full results). */
+/**
+ * `--out`, or bench/results/[<prefix>-]<date>-<hostname>[-quick].json (a quick run never overwrites the
+ * day's full results). An empty prefix names the side-by-side benchmark's files.
+ */
 export function resultsFile(prefix: string, date: string, options: Options): string {
-  const outName = `${prefix}-${date}-${os.hostname()}${options.quick ? '-quick' : ''}.json`;
+  const outName = `${prefix ? `${prefix}-` : ''}${date}-${os.hostname()}${options.quick ? '-quick' : ''}.json`;
   return options.outFile ?? path.join(__dirname, '..', '..', 'bench', 'results', outName);
 }
 
@@ -255,6 +268,39 @@ export function isTimes(v: unknown): v is number[] {
   return Array.isArray(v) && v.every((t) => typeof t === 'number' && Number.isFinite(t) && t > 0);
 }
 
+export type FigureUnit = 'GB/s' | 'ops/s';
+
+/** One measured operation reported as a rate: every timed run, warm-ups excluded. */
+export interface RateFigureSamples {
+  /** Short id used in tables, e.g. 'read', 'write', 'open+close', 'stat-uncached'. */
+  figure: string;
+  /** What exactly was timed, in words. */
+  label: string;
+  /** What the figure is reported in: GB/s (bytesPerRun / time) or ops/s (opsPerRun / time). */
+  unit: FigureUnit;
+  bytesPerRun: number;
+  opsPerRun: number;
+  timesMs: number[];
+}
+
+export function isRateFigure(v: unknown): v is RateFigureSamples {
+  return (
+    isRecord(v) &&
+    typeof v.figure === 'string' &&
+    typeof v.label === 'string' &&
+    (v.unit === 'GB/s' || v.unit === 'ops/s') &&
+    isCount(v.bytesPerRun) &&
+    isCount(v.opsPerRun) &&
+    isTimes(v.timesMs) &&
+    v.timesMs.length > 0
+  );
+}
+
+/** A rate in its unit: GB/s (1e9 bytes/s) or ops/s. */
+export function rateOf(unit: FigureUnit, bytes: number, ops: number, timeMs: number): number {
+  return unit === 'GB/s' ? gbPerS(bytes, timeMs) : ops / (timeMs / 1000);
+}
+
 function isCheckValue(v: unknown): v is CheckValue {
   return v === null || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
 }
@@ -277,6 +323,70 @@ export function clockMs(): number {
 }
 
 export const sha256Hex = (data: Uint8Array) => crypto.createHash('sha256').update(data).digest('hex');
+
+/**
+ * libfuse 2's default entry and attribute timeouts are 1 s (fuse-native and bindfs keep them): after
+ * this long every stat of a FUSE file goes to the daemon again (LOOKUP).
+ */
+export const FUSE_CACHE_EXPIRY_MS = 1100;
+
+// ---- file I/O in a trial --------------------------------------------------------------------------
+
+/** One read or write call moves at most this much (what `cp`/`dd bs=1M` would do). */
+export const IO_CHUNK_BYTES = 1 * MiB;
+/** Bytes at the head of each block that make its content unique (id + random). */
+const UNIQUE_HEADER_BYTES = 32;
+
+/**
+ * open, read to EOF in 1 MiB calls into `target` (which has IO_CHUNK_BYTES of room past the expected
+ * size, so the final zero-byte read fits), close. Returns the bytes read.
+ */
+export function readWhole(file: string, target: Buffer): number {
+  const fd = fs.openSync(file, 'r');
+  try {
+    let done = 0;
+    for (;;) {
+      const n = fs.readSync(fd, target, done, Math.min(IO_CHUNK_BYTES, target.length - done), done);
+      if (n === 0) return done;
+      done += n;
+      if (done === target.length) throw new Error(`${file} is larger than the ${target.length - IO_CHUNK_BYTES} bytes expected`);
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** open(O_WRONLY|O_CREAT|O_TRUNC), write in 1 MiB calls, optionally fsync, close. */
+export function writeWhole(file: string, data: Buffer, fsync = false): void {
+  const fd = fs.openSync(file, 'w');
+  try {
+    for (let done = 0; done < data.length; ) {
+      done += fs.writeSync(fd, data, done, Math.min(IO_CHUNK_BYTES, data.length - done), done);
+    }
+    if (fsync) fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** Makes `content` unique to `id` (in place) and returns its SHA-256: one random buffer serves every block. */
+export function makeUnique(content: Buffer, id: number): string {
+  content.writeUInt32LE(id, 0);
+  crypto.randomFillSync(content, 4, UNIQUE_HEADER_BYTES - 4);
+  return sha256Hex(content);
+}
+
+export function randomContent(sizeBytes: number): Buffer {
+  return crypto.randomFillSync(Buffer.allocUnsafe(sizeBytes));
+}
+
+/** A reader's buffer: allocated and touched once (zero-filled), so page faults are never timed. */
+export function readTarget(blockBytes: number): Buffer {
+  return Buffer.alloc(blockBytes + IO_CHUNK_BYTES);
+}
+
+/** Whether a read of `n` bytes into `target` is the whole block: `bytes` long, SHA-256 `sha`. */
+export const readMatches = (n: number, target: Buffer, bytes: number, sha: string) => n === bytes && sha256Hex(target.subarray(0, n)) === sha;
 
 /**
  * Runs `op` warmups + runs times back to back and keeps the counted runs' times (`op` returns its own

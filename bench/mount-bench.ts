@@ -11,23 +11,20 @@
  *   node dist/bench/mount-bench.js --quick     fewer runs and files (about 2-3 min)
  *   node dist/bench/mount-bench.js --filter hot-read --out /tmp/x.json
  */
-import { spawn, spawnSync } from 'node:child_process';
-import * as fs from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { MiB } from '../store/constants';
 import {
   f3,
-  gbPerS,
   gitCommit,
   hostEnvironment,
   memoryEnvironment,
   parseOptions,
+  rateOf,
   resultsFile,
   resultsHead,
   runMode,
-  scratchLeftovers,
-  singleLine,
   sizeLabel as mibLabel,
   spread,
   writeResults,
@@ -47,7 +44,20 @@ import {
   type MountTrialResult,
   type SystemName,
 } from './mount-protocol';
-import { BINDFS_OPTIONS, killListedPids, mountsUnder, mountTable, removeScratch, SCRATCH_PREFIX, trialLayout, unmountAllUnder } from './mount-systems';
+import { BINDFS_OPTIONS, SCRATCH_PREFIX, TMPFS_SOURCE } from './mount-systems';
+import {
+  checkAndFailureLines,
+  commandOutput,
+  dpkgVersion,
+  exitOnProblems,
+  installDriverSignalHandlers,
+  leftoverSnapshot,
+  mountPreflightProblems,
+  newLeftovers,
+  npmVersion,
+  runTrialProcess,
+  type TrialProcess,
+} from './trial-process';
 
 // ---- configuration --------------------------------------------------------------------------------
 
@@ -181,27 +191,6 @@ function trialTable(options: Options): TrialSpec[] {
 
 // ---- environment ----------------------------------------------------------------------------------
 
-function commandOutput(cmd: string, args: string[]): string | null {
-  const r = spawnSync(cmd, args, { encoding: 'utf8' });
-  if (r.status !== 0 && (r.stdout ?? '').trim() === '') return null;
-  return `${r.stdout ?? ''}${r.stderr ?? ''}`.trim() || null;
-}
-
-function dpkgVersion(pkg: string): string | null {
-  const r = spawnSync('dpkg-query', ['-W', '-f=${Version}', pkg], { encoding: 'utf8' });
-  return r.status === 0 && r.stdout.trim() !== '' ? r.stdout.trim() : null;
-}
-
-function fuseNativeVersion(): string | null {
-  try {
-    const text = fs.readFileSync(require.resolve('fuse-native/package.json'), 'utf8');
-    const v: unknown = Reflect.get(JSON.parse(text) as object, 'version');
-    return typeof v === 'string' ? v : null;
-  } catch {
-    return null;
-  }
-}
-
 interface Environment extends HostEnvironment, MemoryEnvironment {
   libfuse2: string | null;
   fusePackage: string | null;
@@ -223,7 +212,7 @@ function environment(): Environment {
     bindfsVersion: commandOutput('bindfs', ['--version']),
     bindfsFuseVersion: commandOutput('bindfs', ['--fuse-version'])?.split('\n')[0] ?? null,
     bindfsOptions: ['-f', ...BINDFS_OPTIONS].join(' '),
-    fuseNative: fuseNativeVersion(),
+    fuseNative: npmVersion('fuse-native'),
     ...memoryEnvironment(),
     gitCommit: gitCommit(),
     loadAverageAtStart: os.loadavg(),
@@ -232,55 +221,17 @@ function environment(): Environment {
 
 /** Refuses to start where the trials cannot run, saying what is missing. */
 function preflight(table: TrialSpec[]): void {
-  const problems: string[] = [];
-  if (process.getuid?.() !== 0) problems.push('run as root (the trials mount tmpfs and FUSE filesystems)');
-  if (!fs.existsSync('/dev/fuse')) problems.push('/dev/fuse is missing');
-  if (spawnSync('fusermount', ['-V'], { stdio: 'ignore' }).error) problems.push('fusermount missing: apt-get install fuse libfuse2');
+  const problems = mountPreflightProblems(true);
   if (table.some((t) => t.system.startsWith('bindfs')) && spawnSync('bindfs', ['--version'], { stdio: 'ignore' }).error) {
     problems.push('bindfs missing: apt-get install -y bindfs (never fuse3)');
   }
-  if (!fs.existsSync(path.join(__dirname, '..', 'mount', 'cli.js'))) problems.push('dist/mount/cli.js missing: build first (npx tsc -p tsconfig.json)');
-  if (problems.length > 0) {
-    process.stderr.write(`mount-bench: cannot run:\n${problems.map((p) => `  - ${p}`).join('\n')}\n`);
-    process.exit(1);
-  }
-}
-
-/** This benchmark's own traces in /tmp, /dev/shm and the mount table (other users' are not ours to judge). */
-function leftoverSnapshot(daemonPids: ReadonlySet<number>): string[] {
-  const ours = (name: string) => {
-    const arena = /^cascade-dram-(\d+)-/.exec(name);
-    return name.startsWith(SCRATCH_PREFIX) || name.startsWith('cascade-arena-') || (arena !== null && daemonPids.has(Number(arena[1])));
-  };
-  const names = scratchLeftovers(ours);
-  for (const m of mountTable()) {
-    if (m.source === 'cascade-mbench' || m.source === 'cascade-arena' || m.target.includes(`/${SCRATCH_PREFIX}`)) names.push(`mount: ${m.fsType} ${m.target}`);
-  }
-  return names;
+  exitOnProblems('mount-bench', problems);
 }
 
 // ---- running trials -------------------------------------------------------------------------------
 
-let currentChild: ReturnType<typeof spawn> | undefined;
-let currentScratch: string | undefined;
-let stopping = false;
-
-/** After a trial, or after a crash or an interrupt: unmount what is left under its scratch dir, kill its daemons, remove it. */
-function sweepScratch(scratchDir: string): string[] {
-  const layout = trialLayout(scratchDir);
-  const notes = unmountAllUnder(scratchDir).map((m) => `unmounted ${m}`);
-  for (const pid of killListedPids(layout.pidFile)) notes.push(`killed daemon ${pid}`);
-  if (mountsUnder(scratchDir).length > 0) {
-    notes.push(...unmountAllUnder(scratchDir).map((m) => `unmounted ${m} (second try)`));
-  }
-  if (!removeScratch(scratchDir)) notes.push(`${scratchDir} kept: still mounted below it`);
-  return notes;
-}
-
-function runTrial(spec: TrialSpec): Promise<{ result: MountTrialResult; wallTimeMs: number; sweep: string[] }> {
-  const scratchDir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), SCRATCH_PREFIX)));
-  currentScratch = scratchDir;
-  const args: MountTrialArgs = {
+function runTrial(spec: TrialSpec): Promise<TrialProcess<MountTrialResult>> {
+  const trialArgs: Omit<MountTrialArgs, 'scratchDir'> = {
     kind: spec.kind,
     system: spec.system,
     blockBytes: spec.blockBytes,
@@ -288,60 +239,15 @@ function runTrial(spec: TrialSpec): Promise<{ result: MountTrialResult; wallTime
     runs: spec.runs,
     files: spec.files,
     iterations: spec.iterations,
-    scratchDir,
   };
-  const t0 = performance.now();
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(__dirname, 'mount-trial.js'), JSON.stringify(args)], { stdio: ['ignore', 'pipe', 'inherit'] });
-    currentChild = child;
-    let stdout = '';
-    child.stdout.setEncoding('utf8');
-    child.stdout.on('data', (d: string) => (stdout += d));
-    const timer = setTimeout(() => child.kill('SIGTERM'), TRIAL_TIMEOUT_MS);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      currentChild = undefined;
-      currentScratch = undefined;
-      const wallTimeMs = performance.now() - t0;
-      const sweep = sweepScratch(scratchDir);
-      try {
-        if (code !== 0) throw new Error(`trial ${spec.name} exited with ${code ?? signal}${sweep.length ? `; swept: ${sweep.join('; ')}` : ''}`);
-        resolve({ result: parseMountTrialResult(singleLine(spec.name, stdout)), wallTimeMs, sweep });
-      } catch (e) {
-        reject(e);
-      }
-    });
+  return runTrialProcess({
+    script: path.join(__dirname, 'mount-trial.js'),
+    name: spec.name,
+    trialArgs,
+    scratchPrefix: SCRATCH_PREFIX,
+    timeoutMs: TRIAL_TIMEOUT_MS,
+    parse: parseMountTrialResult,
   });
-}
-
-/**
- * Ctrl-C reaches the trial and its daemons too (one process group); a signal sent to the driver alone
- * is passed on. Either way the trial unwinds through its cleanup, then the driver sweeps and exits.
- */
-function installSignalHandlers(): void {
-  for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-    process.on(s, () => {
-      if (stopping) return;
-      stopping = true;
-      process.stderr.write(`mount-bench: ${s}: stopping the current trial and cleaning up\n`);
-      const child = currentChild;
-      const scratch = currentScratch;
-      const finish = () => {
-        if (scratch) for (const n of sweepScratch(scratch)) process.stderr.write(`mount-bench: ${n}\n`);
-        process.exit(130);
-      };
-      if (!child) return finish();
-      child.kill('SIGTERM');
-      const hard = setTimeout(() => {
-        child.kill('SIGKILL');
-        finish();
-      }, 60_000);
-      child.once('close', () => {
-        clearTimeout(hard);
-        finish();
-      });
-    });
-  }
 }
 
 // ---- statistics -----------------------------------------------------------------------------------
@@ -370,10 +276,6 @@ interface TrialReport extends Pick<TrialSpec, 'name' | 'kind' | 'system' | 'bloc
   figures: FigureReport[];
   checks: Record<string, CheckValue>;
   sweep: string[];
-}
-
-function rateOf(unit: FigureUnit, bytes: number, ops: number, timeMs: number): number {
-  return unit === 'GB/s' ? gbPerS(bytes, timeMs) : ops / (timeMs / 1000);
 }
 
 function summarize(spec: TrialSpec, result: MountTrialResult, wallTimeMs: number, sweep: string[]): TrialReport {
@@ -564,26 +466,7 @@ function markdown(
       );
     }
   }
-  const cold = reports.filter((r) => r.kind === 'cold-read');
-  if (cold.length > 0) {
-    lines.push('');
-    for (const r of cold) {
-      lines.push(
-        `Cold check (${r.name}): ${String(r.checks.backingFilesDropped)} backing file(s) dropped before each run, resident bytes after the drop (fincore, max): ` +
-          `${String(r.checks.maxResidentBytesAfterDrop)}; content verified: ${String(r.checks.contentVerified)}.`,
-      );
-    }
-  }
-  const unverified = reports.filter((r) => r.checks.contentVerified === false || r.checks.sizesVerified === false);
-  if (unverified.length > 0) {
-    lines.push('');
-    lines.push(`**Content check failed in:** ${unverified.map((r) => r.name).join(', ')}.`);
-  }
-  if (failures.length > 0) {
-    lines.push('');
-    lines.push('**Trials that failed** (no figures):');
-    for (const f of failures) lines.push(`- ${f.trial}: ${f.error.split('\n')[0]}`);
-  }
+  lines.push(...checkAndFailureLines(reports.map((r) => ({ name: r.name, cold: r.kind === 'cold-read', checks: r.checks })), failures));
   return lines.join('\n') + '\n';
 }
 
@@ -597,16 +480,17 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   preflight(table);
-  installSignalHandlers();
+  installDriverSignalHandlers('mount-bench');
   const startedAt = new Date();
   const t0 = performance.now();
-  const before = new Set(leftoverSnapshot(new Set()));
+  const snapshot = (pids: ReadonlySet<number>) => leftoverSnapshot(SCRATCH_PREFIX, TMPFS_SOURCE, pids);
+  const before = new Set(snapshot(new Set()));
   const env = environment();
   const reports: TrialReport[] = [];
   const daemonPids = new Set<number>();
   const failures: { trial: string; error: string }[] = [];
   for (const [i, spec] of table.entries()) {
-    let outcome: Awaited<ReturnType<typeof runTrial>>;
+    let outcome: TrialProcess<MountTrialResult>;
     try {
       outcome = await runTrial(spec);
     } catch (e) {
@@ -626,14 +510,7 @@ async function main(): Promise<void> {
   attachRatios(reports);
   const goalRows = goals(reports);
   const kcRows = kernelCacheEffect(reports);
-  let leftovers = leftoverSnapshot(daemonPids).filter((n) => !before.has(n));
-  if (leftovers.length > 0) {
-    // A daemon's huge-page arena directory exists for a moment while it starts; other users' daemons
-    // (tests running beside the benchmark) make them too. Only what is still there later counts.
-    await new Promise((resolve) => setTimeout(resolve, 3000));
-    const again = new Set(leftoverSnapshot(daemonPids));
-    leftovers = leftovers.filter((n) => again.has(n));
-  }
+  const leftovers = await newLeftovers(before, () => snapshot(daemonPids));
   const wallTimeMs = performance.now() - t0;
 
   const date = startedAt.toISOString().slice(0, 10);

@@ -3,7 +3,7 @@
  * trial's arguments as one JSON argv string, its raw samples as one JSON line on stdout. The driver
  * computes every statistic in one place, as the store benchmark does (protocol.ts).
  */
-import { isCount, isOneOf, isRecord, isTimes, parseChecks, type TrialResultOf } from './common';
+import { isCount, isOneOf, isRateFigure, isRecord, parseChecks, type RateFigureSamples, type TrialResultOf } from './common';
 
 export type { CheckValue } from './common';
 
@@ -42,20 +42,10 @@ export const META_OPEN_FILES = 100;
 /** Bytes in each meta trial file (small: the trial measures metadata, not data). */
 export const META_FILE_BYTES = 4096;
 
-export type FigureUnit = 'GB/s' | 'ops/s';
+export type { FigureUnit } from './common';
 
 /** One measured operation: every timed run, warm-ups excluded. */
-export interface MountFigureSamples {
-  /** Short id used in tables, e.g. 'read', 'blocks/s', 'write', 'open+close', 'stat-uncached'. */
-  figure: string;
-  /** What exactly was timed, in words. */
-  label: string;
-  /** What the figure is reported in: GB/s (bytesPerRun / time) or ops/s (opsPerRun / time). */
-  unit: FigureUnit;
-  bytesPerRun: number;
-  opsPerRun: number;
-  timesMs: number[];
-}
+export type MountFigureSamples = RateFigureSamples;
 
 /** Checks include content verified, store hit counters, ... */
 export interface MountTrialResult extends TrialResultOf<MountTrialKind, MountFigureSamples> {
@@ -78,19 +68,6 @@ export function parseMountTrialArgs(text: string): MountTrialArgs {
   return { kind, system, blockBytes, warmups, runs, files, iterations, scratchDir };
 }
 
-function isFigure(v: unknown): v is MountFigureSamples {
-  return (
-    isRecord(v) &&
-    typeof v.figure === 'string' &&
-    typeof v.label === 'string' &&
-    (v.unit === 'GB/s' || v.unit === 'ops/s') &&
-    isCount(v.bytesPerRun) &&
-    isCount(v.opsPerRun) &&
-    isTimes(v.timesMs) &&
-    v.timesMs.length > 0
-  );
-}
-
 export function parseMountTrialResult(line: string): MountTrialResult {
   const v: unknown = JSON.parse(line);
   if (!isRecord(v)) throw new Error('trial result: expected a JSON object');
@@ -98,6 +75,6 @@ export function parseMountTrialResult(line: string): MountTrialResult {
   if (!isKind(kind) || !isSystem(system) || !isCount(blockBytes) || !isCount(warmups) || !isCount(runs)) {
     throw new Error('trial result: bad kind/system/blockBytes/warmups/runs');
   }
-  if (!Array.isArray(figures) || !figures.every(isFigure)) throw new Error('trial result: bad figures');
+  if (!Array.isArray(figures) || !figures.every(isRateFigure)) throw new Error('trial result: bad figures');
   return { kind, system, blockBytes, warmups, runs, figures, checks: parseChecks(checks) };
 }

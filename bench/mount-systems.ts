@@ -177,7 +177,7 @@ function readTail(file: string, maxChars: number): string {
 }
 
 /** A daemon in the foreground as a child, its output appended to the trial's log file. */
-class Daemon {
+export class Daemon {
   private child: ChildProcess | undefined;
   private exited = true;
   exitDescription = '';
@@ -195,10 +195,10 @@ class Daemon {
     return !this.exited;
   }
 
-  spawn(command: string, args: string[]): void {
+  spawn(command: string, args: string[], env?: NodeJS.ProcessEnv): void {
     const logFd = fs.openSync(this.layout.logFile, 'a');
     try {
-      const child = spawn(command, args, { stdio: ['ignore', logFd, logFd] });
+      const child = spawn(command, args, { stdio: ['ignore', logFd, logFd], env: env ?? process.env });
       this.child = child;
       this.exited = false;
       child.on('error', (e) => {
@@ -241,6 +241,24 @@ export interface CascadeOptions {
   cliPath: string;
   kernelCache: boolean;
   dramBytes: number;
+  /** Disk tier bound (`--disk`), if any. */
+  diskBytes?: number;
+  /** Variables added to the daemon's environment (e.g. CASCADE_NATIVE=0 for a variant without the addon). */
+  env?: Record<string, string>;
+}
+
+/** The store's DRAM tier allocates in 64 KiB pages (DRAM_PAGE_BYTES_DEFAULT). */
+export const DRAM_PAGE_BYTES = 64 * 1024;
+/** DRAM beyond the working set (small files, rounding); prefaulting costs ~0.4 s per GiB here. */
+const DRAM_SLACK_BYTES = 192 * MiB;
+
+/**
+ * A DRAM tier that holds a working set of `workingSetBytes` (hot means in DRAM), with slack; sized per
+ * trial because the daemon prefaults its arena at start (2 GiB took 4.5 s here).
+ */
+export function cascadeDramBytes(workingSetBytes: number): number {
+  const bytes = workingSetBytes * 1.1 + DRAM_SLACK_BYTES;
+  return Math.ceil(bytes / (64 * MiB)) * 64 * MiB;
 }
 
 /** Clean shutdown persists every dirty block (written and fdatasynced): allow for a slow virtual disk. */
@@ -282,7 +300,8 @@ export class CascadeDaemon {
       '--dram',
       `${Math.ceil(this.options.dramBytes / MiB)}M`,
       ...(this.options.kernelCache ? ['--kernel-cache'] : []),
-    ]);
+      ...(this.options.diskBytes !== undefined ? ['--disk', `${Math.ceil(this.options.diskBytes / MiB)}M`] : []),
+    ], this.options.env ? { ...process.env, ...this.options.env } : undefined);
     if (this.daemon.pid !== undefined) this.pids.push(this.daemon.pid);
     try {
       await waitFor(
@@ -323,6 +342,22 @@ export class CascadeDaemon {
 
   private mountedMarks(): number {
     return readTail(this.layout.logFile, 1 << 20).split(MOUNTED_MARK).length - 1;
+  }
+
+  /** What a trial records about its daemon: DRAM, start/stop times, pids, segments, unexpected log lines. */
+  facts(): Record<string, CheckValue> {
+    const unexpected = this.unexpectedLogLines();
+    return {
+      dramBytes: this.options.dramBytes,
+      kernelCache: this.options.kernelCache,
+      cascadeEnv: this.options.env ? JSON.stringify(this.options.env) : null,
+      daemonStartMs: this.startTimesMs.map((t) => t.toFixed(0)).join(','),
+      daemonStopMs: this.stopTimesMs.map((t) => t.toFixed(0)).join(','),
+      daemonPids: this.pids.join(','),
+      segmentFiles: this.segmentFiles().length,
+      daemonLogUnexpectedLines: unexpected.length,
+      daemonLogFirstUnexpected: unexpected[0]?.slice(0, 300) ?? null,
+    };
   }
 
   /** Log lines other than the expected mount / shutdown chatter (errors the daemon reported). */
@@ -491,13 +526,16 @@ export class BindfsMount {
   }
 }
 
-/** Room for the largest working set (~1 GiB in a full run); tmpfs takes memory only as files grow. */
-const TMPFS_SIZE = '8g';
+/** Room for the largest working set; tmpfs takes memory only as files grow. */
+const TMPFS_SIZE_BYTES = 8 * 1024 * MiB;
+/** The source name of the benchmarks' private tmpfs mounts in /proc/mounts (how a leftover one is recognised). */
+export const TMPFS_SOURCE = 'cascade-mbench';
 
 /** A private tmpfs (default options: 4 KiB pages, as any tmpfs a user would read from). */
-export function mountTmpfs(dir: string): void {
+export function mountTmpfs(dir: string, sizeBytes = TMPFS_SIZE_BYTES): void {
   fs.mkdirSync(dir, { recursive: true });
-  const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${TMPFS_SIZE},mode=0700`, 'cascade-mbench', dir], { encoding: 'utf8' });
+  const size = `${Math.ceil(sizeBytes / MiB)}m`;
+  const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${size},mode=0700`, TMPFS_SOURCE, dir], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`mount -t tmpfs ${dir} failed (root needed): ${r.stderr.trim()}`);
 }
 
@@ -522,4 +560,112 @@ function readToEnd(file: string): string {
     fs.closeSync(fd);
   }
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/** bindfs started over a private tmpfs or a disk directory, with what the trials do with it. */
+export interface BindfsOverSource {
+  /** The directory bindfs exposes (a private tmpfs, or the layout's disk directory). */
+  sourceDir: string;
+  /** Remounts (empties the mount's own caches). */
+  restart(): Promise<void>;
+  close(): Promise<void>;
+  closeNowSync(): void;
+}
+
+/** Mounts the source (a private tmpfs unless `onDisk`) and bindfs over it at the layout's mount dir. */
+export async function startBindfsOver(layout: TrialLayout, onDisk: boolean, tmpfsBytes?: number): Promise<BindfsOverSource> {
+  const sourceDir = onDisk ? layout.diskDir : layout.tmpfsDir;
+  if (onDisk) fs.mkdirSync(sourceDir, { recursive: true });
+  else mountTmpfs(sourceDir, tmpfsBytes);
+  const bindfs = new BindfsMount(layout, sourceDir);
+  try {
+    await bindfs.start();
+  } catch (e) {
+    if (!onDisk) unmountTmpfs(sourceDir);
+    throw e;
+  }
+  return {
+    sourceDir,
+    async restart() {
+      await bindfs.stop();
+      await bindfs.start();
+    },
+    async close() {
+      try {
+        await bindfs.stop();
+      } finally {
+        if (!onDisk) unmountTmpfs(sourceDir);
+      }
+    },
+    closeNowSync() {
+      bindfs.stopNowSync();
+      if (!onDisk) unmountTmpfs(sourceDir);
+    },
+  };
+}
+
+// ---- a trial process's main -----------------------------------------------------------------------
+
+/** What a trial's main needs from the system it opened. */
+export interface TrialSystem {
+  stats(): Promise<Record<string, CheckValue>>;
+  facts(): Record<string, CheckValue>;
+  close(): Promise<void>;
+  /** For the exit handler, when close() could not run. */
+  closeNowSync(): void;
+}
+
+/**
+ * The main of a trial process (mount-trial.ts, peers-trial.ts): parse argv[2], open the system, run the
+ * workload, collect its counters, close it (also on failure, and from an exit handler as a last resort)
+ * and print one JSON line: `head(args)`, the workload's figures, and checks (workload's, system stats,
+ * setup time, then the system's facts after closing). After a signal, whatever failed is reported
+ * briefly (the daemons got it too), with exit code 130.
+ */
+export function trialMain<A extends { scratchDir: string; system: string }, S extends TrialSystem, F>(t: {
+  program: string;
+  parseArgs(text: string): A;
+  open(args: A, layout: TrialLayout): Promise<S>;
+  run(args: A, sys: S): Promise<{ figures: F[]; checks: Record<string, CheckValue> }>;
+  head(args: A): object;
+}): void {
+  const main = async () => {
+    const text = process.argv[2];
+    if (text === undefined) throw new Error(`usage: ${t.program}.js '<trial args JSON>'`);
+    const args = t.parseArgs(text);
+    installInterruptHandlers();
+    const layout = trialLayout(args.scratchDir);
+    let sys: S | undefined;
+    let closed = false;
+    // Last resort if the process exits without reaching the finally below (the driver sweeps too).
+    process.on('exit', () => {
+      if (sys && !closed) sys.closeNowSync();
+    });
+    const t0 = performance.now();
+    try {
+      sys = await t.open(args, layout);
+      const setupMs = performance.now() - t0;
+      const out = await t.run(args, sys);
+      const stats = await sys.stats();
+      const checks: Record<string, CheckValue> = { ...out.checks, ...stats, systemSetupMs: Math.round(setupMs) };
+      await sys.close();
+      closed = true;
+      Object.assign(checks, sys.facts());
+      process.stdout.write(JSON.stringify({ ...t.head(args), figures: out.figures, checks }) + '\n');
+    } finally {
+      if (sys && !closed) {
+        closed = true;
+        await sys.close().catch((e: unknown) => {
+          process.stderr.write(`${t.program}: closing ${args.system}: ${String(e)}\n`);
+          sys?.closeNowSync();
+        });
+      }
+    }
+  };
+  main().catch((e: unknown) => {
+    const interrupted = e instanceof Interrupted || wasInterrupted();
+    const detail = e instanceof Error ? (interrupted ? e.message : (e.stack ?? e.message)) : String(e);
+    process.stderr.write(`${t.program}: ${interrupted ? 'interrupted: ' : ''}${detail}\n`);
+    process.exitCode = interrupted ? 130 : 1;
+  });
 }

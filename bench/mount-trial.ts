@@ -9,11 +9,22 @@
  * pre-allocated, pre-touched buffer with 1 MiB read calls; writes are 1 MiB write calls; every file
  * holds content no other file has (Cascade deduplicates identical content).
  */
-import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { MiB } from '../store/constants';
-import { clockMs, dropPageCache, residentBytes, sample as sampleRuns, sha256Hex } from './common';
+import {
+  clockMs,
+  dropPageCache,
+  FUSE_CACHE_EXPIRY_MS,
+  makeUnique,
+  randomContent,
+  readMatches,
+  readTarget,
+  readWhole,
+  residentBytes,
+  sample as sampleRuns,
+  sha256Hex,
+  writeWhole,
+} from './common';
 import {
   META_FILE_BYTES,
   META_OPEN_FILES,
@@ -26,32 +37,18 @@ import {
   type SystemName,
 } from './mount-protocol';
 import {
-  BindfsMount,
+  cascadeDramBytes,
   CascadeDaemon,
+  DRAM_PAGE_BYTES,
   checkInterrupted,
   delay,
-  installInterruptHandlers,
-  Interrupted,
   mountTmpfs,
-  wasInterrupted,
-  trialLayout,
+  startBindfsOver,
+  trialMain,
   unmountTmpfs,
   type TrialLayout,
 } from './mount-systems';
 
-/** One read or write call moves at most this much (what `cp`/`dd bs=1M` would do). */
-const IO_CHUNK_BYTES = 1 * MiB;
-/** Bytes at the head of each file that make its content unique (id + random). */
-const UNIQUE_HEADER_BYTES = 32;
-/**
- * libfuse 2's default entry and attribute timeouts are 1 s (fuse-native and bindfs keep them): after
- * this long every stat of a FUSE file goes to the daemon again (LOOKUP).
- */
-const FUSE_CACHE_EXPIRY_MS = 1100;
-/** The store's DRAM tier allocates in 64 KiB pages (DRAM_PAGE_BYTES_DEFAULT). */
-const DRAM_PAGE_BYTES = 64 * 1024;
-/** DRAM beyond the working set (small files, rounding); prefaulting costs ~0.4 s per GiB here. */
-const DRAM_SLACK_BYTES = 192 * MiB;
 
 /** Between runs (untimed): let signal handlers run, stop if one asked to. */
 async function betweenRuns(): Promise<void> {
@@ -64,55 +61,7 @@ function sample(args: MountTrialArgs, op: (run: number) => number | Promise<numb
   return sampleRuns(args, op, betweenRuns);
 }
 
-// ---- file I/O -------------------------------------------------------------------------------------
-
-/**
- * open, read to EOF in 1 MiB calls into `target` (which has IO_CHUNK_BYTES of room past the expected
- * size, so the final zero-byte read fits), close. Returns the bytes read.
- */
-function readWhole(file: string, target: Buffer): number {
-  const fd = fs.openSync(file, 'r');
-  try {
-    let done = 0;
-    for (;;) {
-      const n = fs.readSync(fd, target, done, Math.min(IO_CHUNK_BYTES, target.length - done), done);
-      if (n === 0) return done;
-      done += n;
-      if (done === target.length) throw new Error(`${file} is larger than the ${target.length - IO_CHUNK_BYTES} bytes expected`);
-    }
-  } finally {
-    fs.closeSync(fd);
-  }
-}
-
-/** open(O_WRONLY|O_CREAT|O_TRUNC), write in 1 MiB calls, optionally fsync, close. */
-function writeWhole(file: string, data: Buffer, fsync = false): void {
-  const fd = fs.openSync(file, 'w');
-  try {
-    for (let done = 0; done < data.length; ) {
-      done += fs.writeSync(fd, data, done, Math.min(IO_CHUNK_BYTES, data.length - done), done);
-    }
-    if (fsync) fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-}
-
-/** Makes `content` unique to `id` (in place) and returns its SHA-256: one random buffer serves every file. */
-function makeUnique(content: Buffer, id: number): string {
-  content.writeUInt32LE(id, 0);
-  crypto.randomFillSync(content, 4, UNIQUE_HEADER_BYTES - 4);
-  return sha256Hex(content);
-}
-
-function randomContent(sizeBytes: number): Buffer {
-  return crypto.randomFillSync(Buffer.allocUnsafe(sizeBytes));
-}
-
-/** A reader's buffer: allocated and touched once (zero-filled), so page faults are never timed. */
-function readTarget(blockBytes: number): Buffer {
-  return Buffer.alloc(blockBytes + IO_CHUNK_BYTES);
-}
+// ---- file I/O (common.ts) ------------------------------------------------------------------------
 
 const fileName = (dir: string, i: number) => path.join(dir, `f-${String(i).padStart(5, '0')}.bin`);
 
@@ -177,16 +126,7 @@ async function cascadeSystem(name: SystemName, layout: TrialLayout, dramBytes: n
       await daemon.start();
     },
     stats: () => daemon.freshStats(),
-    facts: () => ({
-      dramBytes,
-      kernelCache: name === 'cascade-kc',
-      daemonStartMs: daemon.startTimesMs.map((t) => t.toFixed(0)).join(','),
-      daemonStopMs: daemon.stopTimesMs.map((t) => t.toFixed(0)).join(','),
-      daemonPids: daemon.pids.join(','),
-      segmentFiles: daemon.segmentFiles().length,
-      daemonLogUnexpectedLines: daemon.unexpectedLogLines().length,
-      daemonLogFirstUnexpected: daemon.unexpectedLogLines()[0]?.slice(0, 300) ?? null,
-    }),
+    facts: () => daemon.facts(),
     close: () => daemon.stop(),
     closeNowSync: () => daemon.stopNowSync(),
   };
@@ -194,44 +134,23 @@ async function cascadeSystem(name: SystemName, layout: TrialLayout, dramBytes: n
 
 async function bindfsSystem(name: SystemName, layout: TrialLayout): Promise<BenchSystem> {
   const onDisk = name === 'bindfs-disk';
-  const sourceDir = onDisk ? layout.diskDir : layout.tmpfsDir;
-  if (onDisk) fs.mkdirSync(sourceDir, { recursive: true });
-  else mountTmpfs(sourceDir);
-  const bindfs = new BindfsMount(layout, sourceDir);
-  try {
-    await bindfs.start();
-  } catch (e) {
-    if (!onDisk) unmountTmpfs(sourceDir);
-    throw e;
-  }
+  const b = await startBindfsOver(layout, onDisk);
   return {
     name,
     workDir: benchDirUnder(layout.mountDir),
     fuse: true,
     dropForColdRead(file) {
-      const backing = path.join(sourceDir, path.relative(layout.mountDir, file));
+      const backing = path.join(b.sourceDir, path.relative(layout.mountDir, file));
       dropPageCache(backing);
       dropPageCache(file);
       return [backing];
     },
     settle: async () => 0,
-    async restart() {
-      await bindfs.stop();
-      await bindfs.start();
-    },
+    restart: () => b.restart(),
     stats: async () => ({}),
     facts: () => ({ bindfsSource: onDisk ? 'disk directory' : 'private tmpfs' }),
-    async close() {
-      try {
-        await bindfs.stop();
-      } finally {
-        if (!onDisk) unmountTmpfs(sourceDir);
-      }
-    },
-    closeNowSync() {
-      bindfs.stopNowSync();
-      if (!onDisk) unmountTmpfs(sourceDir);
-    },
+    close: () => b.close(),
+    closeNowSync: () => b.closeNowSync(),
   };
 }
 
@@ -284,13 +203,9 @@ function workingSetBytes(args: MountTrialArgs): number {
   }
 }
 
-/**
- * The DRAM tier holds the whole working set (hot means in DRAM), with slack; sized per trial because
- * the daemon prefaults its arena at start (2 GiB took 4.5 s here).
- */
+/** The DRAM tier holds the whole working set (hot means in DRAM). */
 function dramBytesFor(args: MountTrialArgs): number {
-  const bytes = workingSetBytes(args) * 1.1 + DRAM_SLACK_BYTES;
-  return Math.ceil(bytes / (64 * MiB)) * 64 * MiB;
+  return cascadeDramBytes(workingSetBytes(args));
 }
 
 // ---- workloads ------------------------------------------------------------------------------------
@@ -303,9 +218,6 @@ interface TrialOutput {
 function figure(figure: string, label: string, unit: FigureUnit, bytesPerRun: number, opsPerRun: number, timesMs: number[]): MountFigureSamples {
   return { figure, label, unit, bytesPerRun, opsPerRun, timesMs };
 }
-
-/** Whether a read of `n` bytes into `target` is the whole file: `bytes` long, SHA-256 `sha`. */
-const readMatches = (n: number, target: Buffer, bytes: number, sha: string) => n === bytes && sha256Hex(target.subarray(0, n)) === sha;
 
 /** `args.files` files of unique content under workDir/<sub>, written and settled (untimed), and a reader's buffer. */
 async function hotFiles(args: MountTrialArgs, sys: BenchSystem, sub: string): Promise<{ dir: string; shas: string[]; settleMs: number; target: Buffer }> {
@@ -549,52 +461,10 @@ const WORKLOADS: Record<MountTrialArgs['kind'], (args: MountTrialArgs, sys: Benc
 
 // ---- main -----------------------------------------------------------------------------------------
 
-async function main(): Promise<void> {
-  const text = process.argv[2];
-  if (text === undefined) throw new Error("usage: mount-trial.js '<MountTrialArgs JSON>'");
-  const args = parseMountTrialArgs(text);
-  installInterruptHandlers();
-  const layout = trialLayout(args.scratchDir);
-  let sys: BenchSystem | undefined;
-  let closed = false;
-  // Last resort if the process exits without reaching the finally below (the driver sweeps too).
-  process.on('exit', () => {
-    if (sys && !closed) sys.closeNowSync();
-  });
-  const t0 = performance.now();
-  try {
-    sys = await openSystem(args, layout);
-    const setupMs = performance.now() - t0;
-    const out = await WORKLOADS[args.kind](args, sys);
-    const stats = await sys.stats();
-    const result: MountTrialResult = {
-      kind: args.kind,
-      system: args.system,
-      blockBytes: args.blockBytes,
-      warmups: args.warmups,
-      runs: args.runs,
-      figures: out.figures,
-      checks: { ...out.checks, ...stats, systemSetupMs: Math.round(setupMs) },
-    };
-    await sys.close();
-    closed = true;
-    Object.assign(result.checks, sys.facts());
-    process.stdout.write(JSON.stringify(result) + '\n');
-  } finally {
-    if (sys && !closed) {
-      closed = true;
-      await sys.close().catch((e: unknown) => {
-        process.stderr.write(`mount-trial: closing ${args.system}: ${String(e)}\n`);
-        sys?.closeNowSync();
-      });
-    }
-  }
-}
-
-main().catch((e: unknown) => {
-  // After a signal, whatever failed (the daemon got it too and unmounted) is a consequence: say so briefly.
-  const interrupted = e instanceof Interrupted || wasInterrupted();
-  const detail = e instanceof Error ? (interrupted ? e.message : (e.stack ?? e.message)) : String(e);
-  process.stderr.write(`mount-trial: ${interrupted ? 'interrupted: ' : ''}${detail}\n`);
-  process.exitCode = interrupted ? 130 : 1;
+trialMain({
+  program: 'mount-trial',
+  parseArgs: parseMountTrialArgs,
+  open: openSystem,
+  run: (args, sys) => WORKLOADS[args.kind](args, sys),
+  head: (args): Omit<MountTrialResult, 'figures' | 'checks'> => ({ kind: args.kind, system: args.system, blockBytes: args.blockBytes, warmups: args.warmups, runs: args.runs }),
 });

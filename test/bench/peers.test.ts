@@ -1,0 +1,80 @@
+/**
+ * The side-by-side benchmark's quick mode, smallest trial of every system (hot-read 2 MiB; cold-read
+ * 2 MiB for the disk), through the real driver and trial processes: every peer must start, give real
+ * figures, read back what was written, stop, and leave nothing behind. A missing or broken peer
+ * (bindfs, redis-server, python3-h5py; `bash scripts/bench-peers.sh` installs them) fails this test.
+ * Needs root and /dev/fuse, like the other real-mount tests; skipped elsewhere.
+ */
+import { strict as assert } from 'node:assert';
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { WORKLOADS } from '../../bench/peers-protocol';
+import { SYSTEMS } from '../../bench/peers-systems';
+import { canMount } from '../mount/daemon';
+
+const DRIVER = path.join(__dirname, '..', '..', 'bench', 'peers-bench.js');
+
+/** `<workload> 2MiB <system>`: the first workload each system takes part in, at the smallest quick size. */
+function smallestTrials(): string[] {
+  return SYSTEMS.map((s) => `${WORKLOADS.find((w) => s.notApplicable[w] === undefined && w !== 'meta')} 2MiB ${s.name}`);
+}
+
+function alive(pid: number): boolean {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !/\) [ZX] /.test(stat);
+  } catch {
+    return false;
+  }
+}
+
+describe('bench: side-by-side peers (quick mode, smallest trial of every system)', function () {
+  this.timeout(240_000);
+  let outDir: string;
+
+  before(function () {
+    if (!canMount(['fusermount'])) this.skip();
+    outDir = fs.mkdtempSync(path.join(os.tmpdir(), 'peers-test-'));
+  });
+  after(() => {
+    if (outDir) fs.rmSync(outDir, { recursive: true, force: true });
+  });
+
+  it('every peer starts, gives positive figures, reads back what was written, and leaves nothing behind', () => {
+    const names = smallestTrials();
+    const outFile = path.join(outDir, 'peers.json');
+    const r = spawnSync(process.execPath, [DRIVER, '--quick', '--filter', names.join(','), '--out', outFile], { encoding: 'utf8', timeout: 200_000 });
+    assert.equal(r.status, 0, `peers-bench failed (${r.status ?? r.signal}):\n${r.stderr.slice(-3000)}`);
+    const doc = JSON.parse(fs.readFileSync(outFile, 'utf8')) as {
+      trials: { name: string; system: string; figures: { rate: { median: number; min: number }; timesMs: number[] }[]; checks: Record<string, unknown> }[];
+      failures: unknown[];
+      leftovers: string[];
+      environment: Record<string, unknown>;
+      chart: string | null;
+    };
+    assert.deepEqual(doc.failures, []);
+    assert.deepEqual(doc.leftovers, [], 'nothing left in /tmp, /dev/shm or /proc/mounts');
+    for (const name of names) {
+      const t = doc.trials.find((x) => x.name === name);
+      assert.ok(t, `trial ${name} ran`);
+      assert.ok(t.figures.length > 0, `${name}: figures`);
+      for (const f of t.figures) {
+        assert.ok(f.timesMs.length >= 5, `${name}: at least 5 counted runs`);
+        assert.ok(f.rate.min > 0 && Number.isFinite(f.rate.median), `${name}: positive throughput`);
+      }
+      assert.equal(t.checks.contentVerified, true, `${name}: bytes read equal bytes written`);
+      if (typeof t.checks.redisPid === 'number') assert.equal(alive(t.checks.redisPid), false, 'redis-server stopped');
+    }
+    const cold = doc.trials.find((x) => x.name === 'cold-read 2MiB disk');
+    assert.equal(cold?.checks.maxResidentBytesAfterDrop, 0, 'the cold read found nothing of the file in the page cache');
+    for (const key of ['redisServerVersion', 'h5py', 'hdf5', 'bindfsVersion', 'cpuModel', 'kernel', 'node']) assert.ok(doc.environment[key], `environment.${key}`);
+    assert.ok(doc.chart !== null, 'a chart was drawn');
+    assert.match(fs.readFileSync(path.join(outDir, doc.chart), 'utf8').slice(0, 200), /<svg/);
+    assert.ok(fs.readFileSync(path.join(outDir, 'peers.md'), 'utf8').includes('| hot-read | 2MiB | read | cascade |'));
+    const mounts = fs.readFileSync('/proc/mounts', 'utf8');
+    assert.ok(!mounts.includes('cascade-pbench-'), 'no benchmark mount left');
+    assert.deepEqual(fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith('cascade-pbench-')), []);
+  });
+});
