@@ -299,6 +299,17 @@ export class CascadeFs implements CascadeFsOps {
     return this.store.holdInDram(v);
   }
 
+  /**
+   * For the native engine: the version a read handle reads, held in the DRAM arena until release(),
+   * so that its reads can be served from the arena without reaching JS. Undefined for handles that
+   * are not plain committed-version reads (staging, virtual files).
+   */
+  async holdHandle(handle: Handle): Promise<DramHold | undefined> {
+    const h = this.handle(handle);
+    if (h.kind !== 'read') return undefined;
+    return this.store.holdInDram(h.version);
+  }
+
   async read(handle: Handle, target: Buffer, offsetBytes: number): Promise<number> {
     const h = this.handle(handle);
     switch (h.kind) {

@@ -63,6 +63,11 @@ export interface CascadeFsOps {
    * in the shared DRAM arena until release(). Optional: a filesystem without a shared arena omits it.
    */
   holdForClient?(path: string): Promise<DramHold>;
+  /**
+   * The native engine: the bytes of a read handle's version, held in the shared DRAM arena until
+   * release(), or undefined where the handle's reads must go through read(). Optional.
+   */
+  holdHandle?(handle: Handle): Promise<DramHold | undefined>;
   /** Finish background work and persist everything (clean unmount). */
   close(): Promise<void>;
 }

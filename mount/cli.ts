@@ -31,7 +31,7 @@ import {
   type MountStats,
   type WarmupProgress,
 } from './client';
-import { defaultDataDir, defaultDramBytes } from './defaults';
+import { defaultDataDir, defaultDramBytes, ENGINES, type EngineChoice } from './defaults';
 import { formatBytes, parseSize } from './size';
 
 interface CommonArgs {
@@ -153,10 +153,11 @@ interface MountArgs extends CommonArgs {
   keepVersions?: number;
   kernelCache: boolean;
   debug: boolean;
+  engine: string;
 }
 
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
-const MOUNT_CONFIG_KEYS = ['data', 'dram', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache'] as const;
+const MOUNT_CONFIG_KEYS = ['data', 'dram', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine'] as const;
 
 /**
  * Reads a mount config file for yargs (which lets command-line flags win over it). Accepts the flag
@@ -183,6 +184,7 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
     if (key === 'kernel-cache' && typeof value !== 'boolean') throw bad('true or false');
+    if (key === 'engine' && !(ENGINES as readonly unknown[]).includes(value)) throw bad(ENGINES.join(', '));
     // A relative data directory means relative to the config file, not to wherever mount runs.
     out[key] = key === 'data' ? path.resolve(path.dirname(file), value as string) : typeof value === 'number' && key !== 'keep-versions' ? String(value) : value;
   }
@@ -206,6 +208,9 @@ async function mount(args: MountArgs): Promise<void> {
   if (args.keepVersions !== undefined && !(Number.isInteger(args.keepVersions) && args.keepVersions >= 1)) {
     throw new CascadeError('EINVAL', `--keep-versions must be a whole number >= 1, not ${args.keepVersions}`);
   }
+  if (!(ENGINES as readonly string[]).includes(args.engine)) {
+    throw new CascadeError('EINVAL', `--engine must be one of ${ENGINES.join(', ')}, not ${JSON.stringify(args.engine)}`);
+  }
   // Loaded here, not at the top: only mount/unmount need fuse-native (and the system libfuse).
   const { runMount } = await import('./main');
   await runMount({
@@ -217,6 +222,7 @@ async function mount(args: MountArgs): Promise<void> {
     keepVersions: args.keepVersions,
     kernelCache: args.kernelCache,
     debug: args.debug,
+    engine: args.engine as EngineChoice,
     log: (line) => process.stderr.write(`${line}\n`),
   });
 }
@@ -354,10 +360,18 @@ export function buildCli(argv: string[]) {
           .option('pin-quota', { type: 'string', describe: 'sum of pinned (prefix) block sizes allowed, e.g. 2G (default: half of --dram)' })
           .option('keep-versions', { type: 'number', describe: 'versions kept per file name (default: the store default)' })
           .option('kernel-cache', { type: 'boolean', default: false, describe: 'read through the kernel page cache and keep it across opens: much faster re-reads and shared mmap, but readers of a file being overwritten in place may see short or mixed content (default: direct I/O)' })
-          .option('debug', { type: 'boolean', default: false, describe: 'trace every FUSE request on stderr (libfuse debug)' })
-          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, pin-quota, keep-versions, kernel-cache); flags on the command line win', deferMountConfigErrors)
+          .option('debug', { type: 'boolean', default: false, describe: 'trace every FUSE request on stderr (libfuse debug; fuse-native engine only)' })
+          .option('engine', {
+            type: 'string',
+            choices: ENGINES,
+            default: process.env.CASCADE_ENGINE ?? 'auto',
+            describe:
+              'native: Cascade speaks FUSE itself on /dev/fuse (1 MiB requests, worker threads, reads served from shared memory without JS; needs root); fuse-native: libfuse 2 through fuse-native (128 KiB requests, every request in JS); auto: native where it can run, else fuse-native, and says which (default: $CASCADE_ENGINE, else auto)',
+          })
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, pin-quota, keep-versions, kernel-cache, engine); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
-          .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag'),
+          .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
+          .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run'),
       (a) => mount(a as unknown as MountArgs),
     )
     .command(

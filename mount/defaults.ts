@@ -13,3 +13,7 @@ export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
 export function defaultDramBytes(): number {
   return Math.min(8 * GiB, Math.floor(os.totalmem() / 4 / (64 * 1024)) * 64 * 1024);
 }
+
+/** Mount engines: `auto` picks `native` where it can run (root, the addon, /dev/fuse), else `fuse-native`. */
+export const ENGINES = ['auto', 'native', 'fuse-native'] as const;
+export type EngineChoice = (typeof ENGINES)[number];

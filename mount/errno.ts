@@ -31,6 +31,10 @@ const ERRNO_BY_CODE: Record<ErrorCode, number> = {
   EFBIG: E.EFBIG,
   EACCES: E.EACCES,
   EROFS: E.EROFS,
+  ESTALE: E.ESTALE,
+  ENFILE: E.ENFILE,
+  EMFILE: E.EMFILE,
+  ENOSYS: E.ENOSYS,
 };
 
 /** Every code the table knows (tests iterate it). */

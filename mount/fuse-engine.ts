@@ -13,7 +13,6 @@
  * - fgetattr drops the file handle: overridden to pass it, so an open file reports its own version;
  * - utimens passes atime for both times (fuse-native.c), and UTIME_NOW/OMIT arrive as 1073 ms.
  */
-import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
@@ -21,9 +20,9 @@ import Fuse = require('fuse-native');
 import { CascadeError } from '../store/errors';
 import type { CascadeFsOps, FileAttr, FsStatfs } from '../fs/types';
 import { errnoOf, toErrno } from './errno';
-import { mountEntry, resolveMountpoint } from './mounts';
+import { checkMountpoint, clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint } from './mounts';
 
-export { mountEntry, resolveMountpoint };
+export { clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint };
 
 export interface FuseEngineOptions {
   /**
@@ -339,51 +338,6 @@ function checkCount(op: string, n: number, maxBytes: number): number {
 
 function sized(buf: Buffer, length: number): Buffer {
   return buf.length === length ? buf : buf.subarray(0, length);
-}
-
-// ---- mount table and fusermount ----
-
-/** `fusermount -uz`: a lazy unmount, which works even when the daemon is dead or files are open. */
-export function fusermountUnmount(mountpoint: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    execFile('fusermount', ['-uz', mountpoint], (err, _stdout, stderr) => {
-      if (!err) return resolve();
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
-        return reject(new CascadeError('ENOENT', 'fusermount not found: install the Debian package "fuse" (scripts/setup.sh)'));
-      }
-      reject(new CascadeError('EIO', `fusermount -uz ${mountpoint} failed: ${String(stderr).trim() || err.message}`));
-    });
-  });
-}
-
-/**
- * Clears a FUSE mount whose daemon died (every access fails with ENOTCONN). Returns whether it did.
- * Asynchronous stat: safe even if this very process serves the mount.
- */
-export async function clearStaleMount(mountpoint: string, log: (msg: string) => void): Promise<boolean> {
-  try {
-    await fs.promises.stat(mountpoint);
-    return false;
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOTCONN') return false;
-  }
-  log(`clearing a stale mount at ${mountpoint} (its daemon is gone)`);
-  await fusermountUnmount(mountpoint);
-  return true;
-}
-
-async function checkMountpoint(mnt: string): Promise<void> {
-  let entries: string[];
-  try {
-    entries = await fs.promises.readdir(mnt);
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') throw new CascadeError('ENOENT', `mountpoint ${mnt} does not exist`);
-    if (code === 'ENOTDIR') throw new CascadeError('ENOTDIR', `mountpoint ${mnt} is not a directory`);
-    throw e;
-  }
-  // libfuse 2 refuses a non-empty mountpoint with a bare "fuse failed"; say why instead.
-  if (entries.length > 0) throw new CascadeError('ENOTEMPTY', `mountpoint ${mnt} is not empty`);
 }
 
 /** fuse-native reports mount failures as bare strings; give them a code and the mountpoint. */

@@ -6,8 +6,10 @@
 import * as fs from 'node:fs';
 import type { CascadeFsOps } from '../fs/types';
 import { Store } from '../store/store';
-import { clearStaleMount, FuseNativeEngine, resolveMountpoint } from './fuse-engine';
+import { CascadeError } from '../store/errors';
+import type { EngineChoice } from './defaults';
 import { LocalServer } from './local-server';
+import { clearStaleMount, resolveMountpoint } from './mounts';
 import { formatBytes } from './size';
 
 export interface MountOptions {
@@ -21,6 +23,8 @@ export interface MountOptions {
   kernelCache?: boolean;
   /** libfuse's per-request trace on stderr. */
   debug?: boolean;
+  /** Which FUSE engine serves the mount (default auto). */
+  engine?: EngineChoice;
   log: (msg: string) => void;
   /** Tests: stop without a signal. */
   stop?: AbortSignal;
@@ -40,7 +44,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
   const log = opts.log;
   const mnt = resolveMountpoint(opts.mountpoint);
 
-  let engine: FuseNativeEngine | undefined;
+  let engine: MountedEngine | undefined;
   let shuttingDown = false;
   let requestStop: (why: string) => void = () => {};
   const stopRequested = new Promise<string>((resolve) => (requestStop = resolve));
@@ -78,11 +82,12 @@ export async function runMount(opts: MountOptions): Promise<void> {
       try {
         local = await startLocalServer(store, fsOps, log);
         if (!shuttingDown) {
-          engine = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, log: (m) => log(`cascade: ${m}`) });
-          log(`cascade: mounted ${mnt} (engine fuse-native, data ${opts.dataDir}, DRAM ${formatBytes(opts.dramBytes)})`);
-          const mounted = engine;
+          const mounted = await mountEngine(mnt, fsOps, store, opts);
+          engine = mounted.engine;
+          log(`cascade: mounted ${mnt} (engine ${mounted.description}, data ${opts.dataDir}, DRAM ${formatBytes(opts.dramBytes)})`);
+          const live = engine;
           poll = setInterval(() => {
-            if (!mounted.isMounted()) requestStop(`${mnt} was unmounted`);
+            if (!live.isMounted()) requestStop(`${mnt} was unmounted`);
           }, MOUNT_POLL_MS);
         }
         const why = await stopRequested;
@@ -123,4 +128,42 @@ async function startLocalServer(store: Store, fsOps: CascadeFsOps, log: (msg: st
   }
   const hold = fsOps.holdForClient.bind(fsOps);
   return LocalServer.start({ hold, region, log: (m) => log(`cascade: ${m}`) });
+}
+
+/** What runMount needs of either engine. */
+interface MountedEngine {
+  isMounted(): boolean;
+  unmount(): Promise<void>;
+}
+
+/**
+ * Mounts with the chosen engine. `auto` takes the native engine where it can run and falls back to
+ * fuse-native (saying why) where it cannot or where its mount fails; `native` fails instead.
+ */
+async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts: MountOptions): Promise<{ engine: MountedEngine; description: string }> {
+  const log = (m: string) => opts.log(`cascade: ${m}`);
+  const choice = opts.engine ?? 'auto';
+  if (choice !== 'fuse-native') {
+    const { NativeFuseEngine } = await import('./native-engine');
+    const why = NativeFuseEngine.unavailable();
+    if (why === undefined) {
+      try {
+        const e = await NativeFuseEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, arenaFd: store.dramRegion()?.fd, log });
+        const n = e.negotiated();
+        if (opts.debug) log('--debug traces requests with the fuse-native engine only');
+        const reads = n?.arena === true ? 'reads of DRAM blocks served from the arena' : 'every read through JS (no shared-memory arena)';
+        return { engine: e, description: `native: FUSE 7.${n?.minor ?? '?'}, ${((n?.maxWriteBytes ?? 0) / 1024) | 0} KiB requests, ${reads}` };
+      } catch (e) {
+        if (choice === 'native') throw e;
+        log(`the native engine could not mount (${(e as Error).message}); using fuse-native`);
+      }
+    } else if (choice === 'native') {
+      throw new CascadeError('EOPNOTSUPP', `--engine native cannot run: ${why}`);
+    } else {
+      log(`using fuse-native: the native engine cannot run (${why})`);
+    }
+  }
+  const { FuseNativeEngine } = await import('./fuse-engine');
+  const e = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, log });
+  return { engine: e, description: 'fuse-native: libfuse 2, 128 KiB requests' };
 }

@@ -85,12 +85,69 @@ export interface NativeMappingBinding {
   readonly lengthBytes: number;
 }
 
+export interface FuseSessionOptions {
+  /** Absolute, symlink-free path of an existing empty directory. */
+  mountpoint: string;
+  /** Owner of the mount's root as the kernel records it (user_id=, group_id=). */
+  uid: number;
+  gid: number;
+  /** Worker threads reading /dev/fuse (1..64; default 4). */
+  threads?: number;
+  /** Pages per request, 1..256 (256: 1 MiB reads and writes; the default). */
+  maxPages?: number;
+  allowOther?: boolean;
+  /** Ask the kernel for FUSE passthrough (7.40+, CAP_SYS_ADMIN). */
+  passthrough?: boolean;
+  /** The DRAM arena's fd: mapped read-only so reads of held blocks are served from it. */
+  arenaFd?: number;
+}
+
+export interface FuseNegotiated {
+  done: boolean;
+  major: number;
+  minor: number;
+  maxWriteBytes: number;
+  maxPages: number;
+  maxReadaheadBytes: number;
+  passthrough: boolean;
+  arena: boolean;
+}
+
+export interface FuseSessionStats {
+  requests: number;
+  forwarded: number;
+  servedReads: number;
+  servedReadBytes: number;
+  replyErrors: number;
+}
+
+/**
+ * The native FUSE engine (native/src/engine): mounts with mount(2) on construction (root only), answers
+ * INIT and arena-backed READs itself, and hands every other request to onRequest as the raw message
+ * (fuse_in_header first; INIT, FORGET and BATCH_FORGET need no answer).
+ */
+export interface NativeFuseSessionBinding {
+  /** Answer request `unique`: errno 0 sends the payload; otherwise a positive errno. False: the request is gone (interrupted). */
+  reply(unique: number, errno: number, payload?: Uint8Array | Uint8Array[]): boolean;
+  /** Serve READs of `fh` from these arena extents (flat [arenaOffsetBytes, lengthBytes, ...]) until cleared or released. */
+  setReadSource(fh: number, sizeBytes: number, extents: number[]): void;
+  clearReadSource(fh: number): void;
+  /** Register a file for passthrough; returns its backing id. */
+  openBacking(fd: number): number;
+  closeBacking(backingId: number): void;
+  negotiated(): FuseNegotiated;
+  stats(): FuseSessionStats;
+  /** Detach the mount, stop the workers, close /dev/fuse. Idempotent. */
+  unmount(): void;
+}
+
 export interface NativeBinding {
   abiVersion: number;
   features: NativeFeatures;
   Arena: new (fd: number, capacityBytes: number, pageBytes: number, prefault: boolean) => NativeArenaBinding;
   Hasher: new () => NativeHasherBinding;
   Mapping: new (path: string) => NativeMappingBinding;
+  FuseSession: new (options: FuseSessionOptions, onRequest: (request: Buffer) => void, onInit: (ok: boolean, why: string) => void) => NativeFuseSessionBinding;
   sha256(data: Uint8Array): Promise<string>;
   sha256Sync(data: Uint8Array): string;
   /** memmove of `source` into `target` at `targetOffsetBytes`, on a worker thread. */

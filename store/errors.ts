@@ -24,7 +24,12 @@ export type ErrorCode =
   | 'ERANGE' // the caller's buffer is too small
   | 'EFBIG' // a file over the block size limit
   | 'EACCES'
-  | 'EROFS'; // the virtual .cascade tree is read-only
+  | 'EROFS' // the virtual .cascade tree is read-only
+  // Mount-engine codes (mount/):
+  | 'ESTALE' // a node id the kernel should not send any more
+  | 'ENFILE' // the engine's table of nodes is full
+  | 'EMFILE' // too many open directories
+  | 'ENOSYS'; // a FUSE operation the engine does not implement
 
 export class CascadeError extends Error {
   readonly code: ErrorCode;

@@ -9,6 +9,7 @@ const E = constants.errno;
 const ALL_CODES: ErrorCode[] = [
   'ENOENT', 'EEXIST', 'EINVAL', 'ENAMETOOLONG', 'ENOSPC', 'EDQUOT', 'EPERM', 'EBUSY', 'EIO', 'ECORRUPT',
   'EISDIR', 'ENOTDIR', 'ENOTEMPTY', 'EBADF', 'ENODATA', 'EOPNOTSUPP', 'ERANGE', 'EFBIG', 'EACCES', 'EROFS',
+  'ESTALE', 'ENFILE', 'EMFILE', 'ENOSYS',
 ];
 
 function collect(): { log: (m: string) => void; lines: string[] } {

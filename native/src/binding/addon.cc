@@ -95,6 +95,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitArena(env, exports);
   InitHashIo(env, exports);
   InitMapping(env, exports);
+  InitEngine(env, exports);
   return exports;
 }
 

@@ -1,0 +1,531 @@
+/**
+ * The native FUSE engine's TypeScript half (issue 6). native/src/engine speaks the FUSE protocol on
+ * /dev/fuse with worker threads and 1 MiB requests; it answers INIT and the READs of handles whose
+ * version is held in the DRAM arena by itself, and hands everything else here as raw messages. This
+ * file only translates: it decodes a request (mount/fuse-proto.ts), calls the matching CascadeFsOps
+ * method, and replies; errors become errnos through mount/errno.ts, the one translation table.
+ *
+ * Unlike libfuse's high-level API, operations name inodes (node ids), which this adapter maps to
+ * paths. A node keeps its path when a rename replaces the file under it, so an open that raced the
+ * rename opens the file now at that path instead of failing with ENOENT.
+ */
+import * as fs from 'node:fs';
+import { requireNative, type NativeFuseSessionBinding } from '../native';
+import type { FuseNegotiated } from '../native/types';
+import { CascadeError } from '../store/errors';
+import type { DramHold } from '../store/store';
+import type { CascadeFsOps, FileAttr, Handle } from '../fs/types';
+import { errnoOf, toErrno } from './errno';
+import * as P from './fuse-proto';
+import { checkMountpoint, clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint } from './mounts';
+
+export interface NativeEngineOptions {
+  /** Keep the kernel page cache across opens (see FuseEngineOptions.kernelCache). Default: direct I/O. */
+  kernelCache?: boolean;
+  /** Worker threads reading /dev/fuse (default 4). */
+  threads?: number;
+  /** Pages per request (default 256: 1 MiB). */
+  maxPages?: number;
+  /** The DRAM arena's fd, for reads served in C++ straight from it. */
+  arenaFd?: number;
+  log?: (msg: string) => void;
+}
+
+/** How long INIT may take after mount(2) before the mount is called failed. */
+const INIT_TIMEOUT_MS = 10_000;
+/** Nodes the kernel may hold at once (it forgets them under memory pressure). */
+export const NODES_MAX = 4 * 1024 * 1024;
+/** Open directories at once. */
+export const OPEN_DIRS_MAX = 65_536;
+/** libfuse's default cache lifetimes: the same kernel caching as the fuse-native engine. */
+const VALIDITY: P.Validity = { entryMs: 1000, attrMs: 1000 };
+const ROOT_ID = 1;
+const O_ACCMODE = 3;
+const UNCHANGED_ID = 0xffff_ffff;
+
+function defaultLog(msg: string): void {
+  process.stderr.write(`cascade: ${msg}\n`);
+}
+
+/** Node id <-> path. The root is node 1 and is never forgotten. */
+export class NodeTable {
+  private readonly byId = new Map<number, { path: string; lookups: number }>();
+  private readonly byPath = new Map<string, number>();
+  private nextId = ROOT_ID + 1;
+
+  constructor(private readonly maxNodes = NODES_MAX) {
+    this.byId.set(ROOT_ID, { path: '/', lookups: 1 });
+    this.byPath.set('/', ROOT_ID);
+  }
+
+  get size(): number {
+    return this.byId.size;
+  }
+
+  pathOf(id: number): string {
+    const n = this.byId.get(id);
+    // A node the kernel forgot cannot be named again: a kernel bug, or a stale handle after remount.
+    if (n === undefined) throw new CascadeError('ESTALE', `unknown node ${id}`);
+    return n.path;
+  }
+
+  /** A lookup that succeeded: the node for `p`, its lookup count raised by one. */
+  remember(p: string): number {
+    const known = this.byPath.get(p);
+    if (known !== undefined) {
+      this.byId.get(known)!.lookups++;
+      return known;
+    }
+    if (this.byId.size >= this.maxNodes) throw new CascadeError('ENFILE', `the kernel holds ${this.byId.size} nodes, the limit`);
+    const id = this.nextId++;
+    this.byId.set(id, { path: p, lookups: 1 });
+    this.byPath.set(p, id);
+    return id;
+  }
+
+  forget(id: number, count: number): void {
+    if (id === ROOT_ID) return;
+    const n = this.byId.get(id);
+    if (n === undefined) return;
+    n.lookups -= count;
+    if (n.lookups > 0) return;
+    this.byId.delete(id);
+    if (this.byPath.get(n.path) === id) this.byPath.delete(n.path);
+  }
+
+  /** After unlink/rmdir: the name no longer leads to the node (which keeps its path until forgotten). */
+  removed(p: string): void {
+    this.byPath.delete(p);
+  }
+
+  /** After a rename: `from` and everything under it now live under `to`; a node that was at `to` is detached. */
+  renamed(from: string, to: string): void {
+    this.byPath.delete(to);
+    const moves: Array<[number, string]> = [];
+    const prefix = from + '/';
+    for (const [p, id] of this.byPath) {
+      if (p === from) moves.push([id, to]);
+      else if (p.startsWith(prefix)) moves.push([id, to + p.slice(from.length)]);
+    }
+    const targetPrefix = to + '/';
+    for (const p of [...this.byPath.keys()]) if (p.startsWith(targetPrefix)) this.byPath.delete(p);
+    for (const [id] of moves) this.byPath.delete(this.byId.get(id)!.path);
+    for (const [id, p] of moves) {
+      this.byId.get(id)!.path = p;
+      this.byPath.set(p, id);
+    }
+  }
+}
+
+function childPath(parent: string, name: string): string {
+  if (name === '' || name === '.' || name === '..' || name.includes('/')) throw new CascadeError('EINVAL', `bad name ${JSON.stringify(name)}`);
+  return parent === '/' ? `/${name}` : `${parent}/${name}`;
+}
+
+/** The native engine's mount of one CascadeFsOps. */
+export class NativeFuseEngine {
+  readonly name = 'native';
+  private session: NativeFuseSessionBinding | undefined;
+  private readonly nodes = new NodeTable();
+  private readonly holds = new Map<Handle, DramHold>();
+  private readonly dirs = new Map<number, string[]>();
+  private nextDir = 1;
+  private unmounting: Promise<void> | undefined;
+  private holdWarned = false;
+
+  private constructor(
+    readonly mountpoint: string,
+    private readonly fsOps: CascadeFsOps,
+    private readonly options: NativeEngineOptions,
+    private readonly log: (msg: string) => void,
+  ) {}
+
+  /** Why the native engine cannot run here, or undefined when it can (root, the addon, /dev/fuse). */
+  static unavailable(): string | undefined {
+    if (process.getuid?.() !== 0) return 'it mounts /dev/fuse with mount(2), which needs root';
+    if (!fs.existsSync('/dev/fuse')) return '/dev/fuse is missing';
+    try {
+      requireNative('the native FUSE engine');
+    } catch (e) {
+      return `the native addon did not load: ${(e as Error).message}`;
+    }
+    return undefined;
+  }
+
+  static async mount(mountpoint: string, fsOps: CascadeFsOps, options: NativeEngineOptions = {}): Promise<NativeFuseEngine> {
+    const log = options.log ?? defaultLog;
+    const why = NativeFuseEngine.unavailable();
+    if (why !== undefined) throw new CascadeError('EOPNOTSUPP', `the native engine cannot run: ${why}`);
+    await clearStaleMount(resolveMountpoint(mountpoint, false), log);
+    const mnt = resolveMountpoint(mountpoint);
+    const existing = mountEntry(mnt);
+    if (existing) throw new CascadeError('EBUSY', `${mnt} is already mounted (${existing.fsType}); unmount it first: cascade unmount ${mnt}`);
+    await checkMountpoint(mnt);
+
+    const engine = new NativeFuseEngine(mnt, fsOps, options, log);
+    let initDone: (ok: boolean, why: string) => void = () => {};
+    const init = new Promise<{ ok: boolean; why: string }>((resolve) => (initDone = (ok, why) => resolve({ ok, why })));
+    const binding = requireNative('the native FUSE engine');
+    let session: NativeFuseSessionBinding;
+    try {
+      session = new binding.FuseSession(
+        {
+          mountpoint: mnt,
+          uid: process.getuid?.() ?? 0,
+          gid: process.getgid?.() ?? 0,
+          threads: options.threads,
+          maxPages: options.maxPages,
+          allowOther: true,
+          arenaFd: options.arenaFd,
+        },
+        (request) => engine.dispatch(request),
+        (ok, why) => initDone(ok, why),
+      );
+    } catch (e) {
+      throw new CascadeError('EIO', `cannot mount ${mnt} with the native engine: ${(e as Error).message}`, { cause: e });
+    }
+    engine.session = session;
+    const timer = setTimeout(() => initDone(false, `no INIT from the kernel within ${INIT_TIMEOUT_MS} ms`), INIT_TIMEOUT_MS);
+    const r = await init;
+    clearTimeout(timer);
+    if (!r.ok) {
+      session.unmount();
+      throw new CascadeError('EIO', `cannot mount ${mnt} with the native engine: ${r.why}`);
+    }
+    return engine;
+  }
+
+  negotiated(): FuseNegotiated | undefined {
+    return this.session?.negotiated();
+  }
+
+  stats(): object {
+    return { ...this.session?.stats(), nodes: this.nodes.size, holds: this.holds.size, openDirs: this.dirs.size };
+  }
+
+  isMounted(): boolean {
+    return this.unmounting === undefined && mountEntry(this.mountpoint) !== undefined;
+  }
+
+  unmount(): Promise<void> {
+    this.unmounting ??= this.detach();
+    return this.unmounting;
+  }
+
+  private async detach(): Promise<void> {
+    if (mountEntry(this.mountpoint)) await fusermountUnmount(this.mountpoint).catch((e: unknown) => this.log(`unmount: ${(e as Error).message}`));
+    this.session?.unmount();
+    for (const h of this.holds.values()) h.release();
+    this.holds.clear();
+    this.dirs.clear();
+  }
+
+  // ---- dispatch ----
+
+  private dispatch(request: Buffer): void {
+    let hdr: P.InHeader;
+    try {
+      hdr = P.readHeader(request);
+    } catch (e) {
+      this.log(`dropped a malformed request: ${(e as Error).message}`);
+      return;
+    }
+    const op = hdr.opcode;
+    // No answer is due for these.
+    if (op === P.Op.INIT || op === P.Op.INTERRUPT) return;
+    if (op === P.Op.FORGET || op === P.Op.BATCH_FORGET) {
+      try {
+        this.forget(hdr, request);
+      } catch (e) {
+        this.log(`forget: ${(e as Error).message}`);
+      }
+      return;
+    }
+    let work: Promise<Buffer | Buffer[] | undefined>;
+    try {
+      work = this.serve(hdr, new P.Reader(request));
+    } catch (e) {
+      work = Promise.reject(e);
+    }
+    work.then(
+      (payload) => this.reply(hdr.unique, 0, payload),
+      (e: unknown) => this.reply(hdr.unique, this.errnoFor(hdr, e)),
+    );
+  }
+
+  private errnoFor(hdr: P.InHeader, e: unknown): number {
+    if (e instanceof P.ProtoError) {
+      this.log(`opcode ${hdr.opcode}: ${e.message}`);
+      return -errnoOf('EIO');
+    }
+    return -toErrno(e, (msg) => this.log(`opcode ${hdr.opcode} node ${hdr.nodeid}: ${msg}`));
+  }
+
+  private reply(unique: number, errno: number, payload?: Buffer | Buffer[]): void {
+    const s = this.session;
+    if (s === undefined || this.unmounting !== undefined) return;
+    try {
+      s.reply(unique, errno, payload);
+    } catch (e) {
+      this.log(`reply failed: ${(e as Error).message}`);
+    }
+  }
+
+  private forget(hdr: P.InHeader, request: Buffer): void {
+    const r = new P.Reader(request);
+    if (hdr.opcode === P.Op.FORGET) return this.nodes.forget(hdr.nodeid, r.u64());
+    const count = r.u32();
+    r.u32();
+    for (let i = 0; i < count; i++) {
+      const id = r.u64();
+      this.nodes.forget(id, r.u64());
+    }
+  }
+
+  private async entry(p: string, handle?: Handle): Promise<Buffer> {
+    const attr = await this.fsOps.getattr(p, handle);
+    return P.entryOut(this.nodes.remember(p), attr, VALIDITY);
+  }
+
+  private async serve(hdr: P.InHeader, r: P.Reader): Promise<Buffer | Buffer[] | undefined> {
+    const f = this.fsOps;
+    switch (hdr.opcode) {
+      case P.Op.LOOKUP:
+        return this.entry(childPath(this.nodes.pathOf(hdr.nodeid), r.name()));
+      case P.Op.GETATTR: {
+        const flags = r.u32();
+        r.u32();
+        const fh = r.u64();
+        const attr = await f.getattr(this.nodes.pathOf(hdr.nodeid), (flags & P.GETATTR_FH) !== 0 ? fh : undefined);
+        return P.attrOut(attr, VALIDITY);
+      }
+      case P.Op.SETATTR:
+        return this.setattr(hdr, r);
+      case P.Op.MKDIR: {
+        const mode = r.u32();
+        const umask = r.u32();
+        const p = childPath(this.nodes.pathOf(hdr.nodeid), r.name());
+        await f.mkdir(p, mode & ~umask);
+        return this.entry(p);
+      }
+      case P.Op.UNLINK:
+      case P.Op.RMDIR: {
+        const p = childPath(this.nodes.pathOf(hdr.nodeid), r.name());
+        await (hdr.opcode === P.Op.UNLINK ? f.unlink(p) : f.rmdir(p));
+        this.nodes.removed(p);
+        return undefined;
+      }
+      case P.Op.RENAME:
+      case P.Op.RENAME2: {
+        const newdir = r.u64();
+        const flags = hdr.opcode === P.Op.RENAME2 ? r.u32() : 0;
+        if (hdr.opcode === P.Op.RENAME2) r.u32();
+        const from = childPath(this.nodes.pathOf(hdr.nodeid), r.name());
+        const to = childPath(this.nodes.pathOf(newdir), r.name());
+        if ((flags & ~P.RENAME_NOREPLACE) !== 0) throw new CascadeError('EINVAL', 'rename: only RENAME_NOREPLACE is supported');
+        if ((flags & P.RENAME_NOREPLACE) !== 0 && (await exists(f, to))) throw new CascadeError('EEXIST', `${to} exists`);
+        await f.rename(from, to);
+        this.nodes.renamed(from, to);
+        return undefined;
+      }
+      case P.Op.OPEN:
+        return this.open(hdr, r);
+      case P.Op.CREATE: {
+        const flags = r.u32();
+        const mode = r.u32();
+        const umask = r.u32();
+        r.u32();
+        const p = childPath(this.nodes.pathOf(hdr.nodeid), r.name());
+        const fh = checkHandle(await f.create(p, mode & ~umask, flags));
+        try {
+          return [await this.entry(p, fh), P.openOut(fh, this.openFlags())];
+        } catch (e) {
+          await f.release(fh).catch(() => {});
+          throw e;
+        }
+      }
+      case P.Op.READ: {
+        const fh = r.u64();
+        const offset = r.u64();
+        const size = r.u32();
+        const target = Buffer.allocUnsafe(size);
+        const n = await f.read(fh, target, offset);
+        if (!Number.isInteger(n) || n < 0 || n > size) throw new Error(`read returned ${n} bytes for a ${size}-byte request`);
+        return target.subarray(0, n);
+      }
+      case P.Op.WRITE: {
+        const fh = r.u64();
+        const offset = r.u64();
+        const size = r.u32();
+        r.skip(4 + 8 + 4 + 4); // write_flags, lock_owner, flags, padding
+        const n = await f.write(fh, r.rest(size), offset);
+        if (!Number.isInteger(n) || n < 0 || n > size) throw new Error(`write returned ${n} bytes for a ${size}-byte request`);
+        return P.writeOut(n);
+      }
+      case P.Op.STATFS:
+        return P.statfsOut(await f.statfs(this.nodes.pathOf(hdr.nodeid)));
+      case P.Op.RELEASE: {
+        const fh = r.u64();
+        const hold = this.holds.get(fh);
+        this.holds.delete(fh);
+        try {
+          await f.release(fh);
+        } finally {
+          hold?.release();
+        }
+        return undefined;
+      }
+      case P.Op.FLUSH:
+        await f.flush(r.u64());
+        return undefined;
+      case P.Op.FSYNC:
+        await f.fsync(r.u64());
+        return undefined;
+      case P.Op.FSYNCDIR:
+        return undefined;
+      case P.Op.SETXATTR: {
+        const size = r.u32();
+        r.u32(); // flags (XATTR_CREATE/REPLACE): not enforced, as with the fuse-native engine
+        const name = r.name();
+        await f.setxattr(this.nodes.pathOf(hdr.nodeid), name, Buffer.from(r.rest(size)));
+        return undefined;
+      }
+      case P.Op.GETXATTR: {
+        const size = r.u32();
+        r.u32();
+        const value = await f.getxattr(this.nodes.pathOf(hdr.nodeid), r.name());
+        return fitXattr(value, size);
+      }
+      case P.Op.LISTXATTR: {
+        const size = r.u32();
+        const names = await f.listxattr(this.nodes.pathOf(hdr.nodeid));
+        return fitXattr(Buffer.concat(names.map((n) => Buffer.from(`${n}\0`))), size);
+      }
+      case P.Op.REMOVEXATTR:
+        await f.removexattr(this.nodes.pathOf(hdr.nodeid), r.name());
+        return undefined;
+      case P.Op.OPENDIR: {
+        if (this.dirs.size >= OPEN_DIRS_MAX) throw new CascadeError('EMFILE', `${this.dirs.size} directories are open, the limit`);
+        const names = await f.readdir(this.nodes.pathOf(hdr.nodeid));
+        const dh = this.nextDir++;
+        this.dirs.set(dh, ['.', '..', ...names.filter((n) => n !== '.' && n !== '..')]);
+        return P.openOut(dh, 0);
+      }
+      case P.Op.READDIR: {
+        const dh = r.u64();
+        const offset = r.u64();
+        const size = r.u32();
+        const names = this.dirs.get(dh);
+        if (names === undefined) throw new CascadeError('EBADF', `directory handle ${dh} is not open`);
+        return P.packDirents(names, offset, size);
+      }
+      case P.Op.RELEASEDIR:
+        this.dirs.delete(r.u64());
+        return undefined;
+      case P.Op.SYMLINK:
+      case P.Op.LINK:
+      case P.Op.MKNOD:
+        throw new CascadeError('EPERM', 'links, symlinks and device nodes are not supported');
+      case P.Op.READLINK:
+        throw new CascadeError('EINVAL', 'not a symlink');
+      case P.Op.FALLOCATE:
+        throw new CascadeError('EOPNOTSUPP', 'fallocate is not supported');
+      case P.Op.DESTROY:
+        return undefined;
+      default:
+        throw new CascadeError('ENOSYS', `opcode ${hdr.opcode} is not implemented`);
+    }
+  }
+
+  private openFlags(): number {
+    return this.options.kernelCache === true ? P.FOPEN.KEEP_CACHE : P.FOPEN.DIRECT_IO;
+  }
+
+  private async open(hdr: P.InHeader, r: P.Reader): Promise<Buffer> {
+    const flags = r.u32();
+    const f = this.fsOps;
+    const fh = checkHandle(await f.open(this.nodes.pathOf(hdr.nodeid), flags));
+    if ((flags & O_ACCMODE) === 0 && f.holdHandle !== undefined && this.session?.negotiated().arena === true) {
+      // Reads of a committed version are served in C++ from the arena while this handle is open.
+      try {
+        const hold = await f.holdHandle(fh);
+        if (hold !== undefined) {
+          this.holds.set(fh, hold);
+          this.session.setReadSource(fh, hold.version.sizeBytes, hold.extents.flat());
+        }
+      } catch (e) {
+        // Larger than DRAM, or DRAM full of pins: the handle's reads go through JS instead.
+        this.holds.get(fh)?.release();
+        this.holds.delete(fh);
+        if (!this.holdWarned) {
+          this.holdWarned = true;
+          this.log(`reads served through JS for some files: ${(e as Error).message}`);
+        }
+      }
+    }
+    return P.openOut(fh, this.openFlags());
+  }
+
+  private async setattr(hdr: P.InHeader, r: P.Reader): Promise<Buffer> {
+    const valid = r.u32();
+    r.u32();
+    const fh = r.u64();
+    const size = r.u64();
+    r.u64(); // lock_owner
+    const atime = r.u64();
+    const mtime = r.u64();
+    r.u64(); // ctime
+    const atimensec = r.u32();
+    const mtimensec = r.u32();
+    r.u32(); // ctimensec
+    const mode = r.u32();
+    r.u32();
+    const uid = r.u32();
+    const gid = r.u32();
+    const f = this.fsOps;
+    const p = this.nodes.pathOf(hdr.nodeid);
+    const handle = (valid & P.FATTR.FH) !== 0 ? fh : undefined;
+    if ((valid & (P.FATTR.UID | P.FATTR.GID)) !== 0) {
+      // Ownership is fixed; a chown that changes nothing (cp -p, tar as the owner) succeeds.
+      const attr = await f.getattr(p, handle);
+      const sameUid = (valid & P.FATTR.UID) === 0 || uid === UNCHANGED_ID || uid === attr.uid;
+      const sameGid = (valid & P.FATTR.GID) === 0 || gid === UNCHANGED_ID || gid === attr.gid;
+      if (!sameUid || !sameGid) throw new CascadeError('EPERM', `changing the owner of ${p} is not supported`);
+    }
+    if ((valid & P.FATTR.SIZE) !== 0) await f.truncate(p, size, handle);
+    if ((valid & P.FATTR.MODE) !== 0) await f.chmod(p, mode);
+    if ((valid & (P.FATTR.ATIME | P.FATTR.MTIME)) !== 0) {
+      const now = Date.now();
+      let current: FileAttr | undefined;
+      const pick = async (set: number, isNow: number, sec: number, nsec: number, which: 'atimeMs' | 'mtimeMs') => {
+        if ((valid & set) === 0) return (current ??= await f.getattr(p, handle))[which];
+        return (valid & isNow) !== 0 ? now : sec * 1000 + Math.floor(nsec / 1e6);
+      };
+      const a = await pick(P.FATTR.ATIME, P.FATTR.ATIME_NOW, atime, atimensec, 'atimeMs');
+      const m = await pick(P.FATTR.MTIME, P.FATTR.MTIME_NOW, mtime, mtimensec, 'mtimeMs');
+      await f.utimens(p, a, m);
+    }
+    return P.attrOut(await f.getattr(p, handle), VALIDITY);
+  }
+}
+
+/** The xattr reply protocol: size 0 asks for the length; a too-small buffer gets ERANGE. */
+function fitXattr(value: Buffer, size: number): Buffer {
+  if (size === 0) return P.xattrSizeOut(value.length);
+  if (value.length > size) throw new CascadeError('ERANGE', `value of ${value.length} bytes for a ${size}-byte buffer`);
+  return value;
+}
+
+async function exists(f: CascadeFsOps, p: string): Promise<boolean> {
+  try {
+    await f.getattr(p);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function checkHandle(handle: number): number {
+  if (!Number.isSafeInteger(handle) || handle < 0) throw new Error(`invalid file handle ${handle} from the filesystem`);
+  return handle;
+}

@@ -1,0 +1,326 @@
+// JS class FuseSession over engine/session.h: the native FUSE engine. Requests the engine does not
+// answer itself reach JS through a thread-safe function (a bounded queue: a full queue makes the
+// worker threads wait, so the kernel's queue is the backlog); JS answers with reply().
+#include <sys/uio.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../engine/session.h"
+#include "common.h"
+#include "init.h"
+
+namespace cascade {
+
+namespace {
+
+using engine::Session;
+using engine::SessionOptions;
+
+// Requests waiting for the JS thread, at most (then the workers block, and the kernel queues).
+constexpr size_t kRequestQueueMax = 4096;
+// Requests at least this large are handed to JS without a copy (an external buffer).
+constexpr size_t kExternalRequestMinBytes = 64 * 1024;
+
+using Request = std::vector<uint8_t>;
+
+void DeliverRequest(Napi::Env env, Napi::Function callback, std::nullptr_t*, Request* request) {
+  std::unique_ptr<Request> owned(request);
+  if (env == nullptr) return;  // the queue is being drained at shutdown
+  Napi::Buffer<uint8_t> buffer;
+  if (owned->size() >= kExternalRequestMinBytes) {
+    Request* raw = owned.release();
+    buffer = Napi::Buffer<uint8_t>::New(env, raw->data(), raw->size(), [](Napi::Env, uint8_t*, Request* r) { delete r; }, raw);
+  } else {
+    buffer = Napi::Buffer<uint8_t>::Copy(env, owned->data(), owned->size());
+  }
+  callback.Call({buffer});
+}
+
+struct InitResult {
+  bool ok;
+  std::string why;
+};
+
+void DeliverInit(Napi::Env env, Napi::Function callback, std::nullptr_t*, InitResult* result) {
+  std::unique_ptr<InitResult> owned(result);
+  if (env == nullptr) return;
+  callback.Call({Napi::Boolean::New(env, owned->ok), Napi::String::New(env, owned->why)});
+}
+
+using RequestFn = Napi::TypedThreadSafeFunction<std::nullptr_t, Request, DeliverRequest>;
+using InitFn = Napi::TypedThreadSafeFunction<std::nullptr_t, InitResult, DeliverInit>;
+
+bool OptU32(Napi::Env env, Napi::Object o, const char* name, uint32_t* out, bool required) {
+  Napi::Value v = o.Get(name);
+  if (v.IsUndefined() && !required) return true;
+  if (!v.IsNumber()) {
+    ThrowCode(env, "EINVAL", std::string("options.") + name + " must be a number");
+    return false;
+  }
+  const double d = v.As<Napi::Number>().DoubleValue();
+  if (!(d >= 0) || d > 4294967295.0 || d != static_cast<double>(static_cast<uint64_t>(d))) {
+    ThrowCode(env, "EINVAL", std::string("options.") + name + " must be a 32-bit unsigned integer");
+    return false;
+  }
+  *out = static_cast<uint32_t>(d);
+  return true;
+}
+
+bool OptBool(Napi::Env env, Napi::Object o, const char* name, bool* out) {
+  Napi::Value v = o.Get(name);
+  if (v.IsUndefined()) return true;
+  if (!v.IsBoolean()) {
+    ThrowCode(env, "EINVAL", std::string("options.") + name + " must be a boolean");
+    return false;
+  }
+  *out = v.As<Napi::Boolean>().Value();
+  return true;
+}
+
+class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "FuseSession",
+                       {
+                           InstanceMethod<&FuseSessionWrap::Reply>("reply"),
+                           InstanceMethod<&FuseSessionWrap::SetReadSource>("setReadSource"),
+                           InstanceMethod<&FuseSessionWrap::ClearReadSource>("clearReadSource"),
+                           InstanceMethod<&FuseSessionWrap::OpenBacking>("openBacking"),
+                           InstanceMethod<&FuseSessionWrap::CloseBacking>("closeBacking"),
+                           InstanceMethod<&FuseSessionWrap::Negotiated>("negotiated"),
+                           InstanceMethod<&FuseSessionWrap::Stats>("stats"),
+                           InstanceMethod<&FuseSessionWrap::Unmount>("unmount"),
+                       });
+  }
+
+  // new FuseSession(options, onRequest(buffer), onInit(ok, why)): mounts and starts the workers.
+  explicit FuseSessionWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<FuseSessionWrap>(info) {
+    Napi::Env env = info.Env();
+    if (info.Length() < 3 || !info[0].IsObject() || !info[1].IsFunction() || !info[2].IsFunction()) {
+      ThrowCode(env, "EINVAL", "FuseSession(options, onRequest, onInit)");
+      return;
+    }
+    Napi::Object o = info[0].As<Napi::Object>();
+    SessionOptions opts;
+    Napi::Value mnt = o.Get("mountpoint");
+    if (!mnt.IsString()) {
+      ThrowCode(env, "EINVAL", "options.mountpoint must be a string");
+      return;
+    }
+    opts.mountpoint = mnt.As<Napi::String>().Utf8Value();
+    uint32_t threads = opts.threads, maxPages = opts.maxPages, arenaFd = 0, uid = 0, gid = 0;
+    bool hasArena = !o.Get("arenaFd").IsUndefined();
+    if (!OptU32(env, o, "threads", &threads, false) || !OptU32(env, o, "maxPages", &maxPages, false) ||
+        !OptU32(env, o, "uid", &uid, true) || !OptU32(env, o, "gid", &gid, true) ||
+        (hasArena && !OptU32(env, o, "arenaFd", &arenaFd, true)) || !OptBool(env, o, "allowOther", &opts.allowOther) ||
+        !OptBool(env, o, "passthrough", &opts.passthrough)) {
+      return;
+    }
+    opts.threads = threads;
+    opts.maxPages = maxPages;
+    opts.uid = uid;
+    opts.gid = gid;
+    opts.arenaFd = hasArena ? static_cast<int>(arenaFd) : -1;
+
+    requests_ = RequestFn::New(env, info[1].As<Napi::Function>(), "cascade-fuse-request", kRequestQueueMax, 1);
+    init_ = InitFn::New(env, info[2].As<Napi::Function>(), "cascade-fuse-init", 1, 1);
+    RequestFn requests = requests_;
+    InitFn init = init_;
+    auto forward = [requests](Request&& request) mutable {
+      auto* r = new Request(std::move(request));
+      if (requests.BlockingCall(r) != napi_ok) {
+        delete r;
+        return false;
+      }
+      return true;
+    };
+    auto onInit = [init](bool ok, const std::string& why) mutable {
+      auto* r = new InitResult{ok, why};
+      if (init.NonBlockingCall(r) != napi_ok) delete r;
+    };
+    std::string error;
+    const Status st = Session::Mount(opts, forward, onInit, &session_, &error);
+    if (st != Status::kOk) {
+      requests_.Abort();
+      init_.Abort();
+      released_ = true;
+      ThrowStatus(env, st, error);
+      return;
+    }
+  }
+
+  ~FuseSessionWrap() override { Stop(); }
+
+ private:
+  Session* Live(Napi::Env env) {
+    if (!session_) {
+      ThrowCode(env, "EBADF", "the FUSE session is unmounted");
+      return nullptr;
+    }
+    return session_.get();
+  }
+
+  void Stop() {
+    if (!released_) {
+      released_ = true;
+      // Wake workers blocked on a full queue first, or joining them below would wait forever.
+      requests_.Abort();
+      init_.Abort();
+    }
+    if (session_) {
+      session_->Unmount();
+      session_.reset();
+    }
+  }
+
+  // reply(unique, errno, payload?: Buffer | Buffer[]): errno 0 sends the payload.
+  Napi::Value Reply(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t unique, error;
+    if (!ArgU64(info, 0, "unique", &unique) || !ArgU64(info, 1, "errno", &error)) return env.Undefined();
+    if (error > 4095) {
+      ThrowCode(env, "EINVAL", "errno must be 0..4095");
+      return env.Undefined();
+    }
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    std::vector<struct iovec> iov;
+    if (info.Length() > 2 && !info[2].IsUndefined()) {
+      auto add = [&](Napi::Value v) {
+        if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) return false;
+        Napi::Uint8Array a = v.As<Napi::Uint8Array>();
+        iov.push_back({a.Data(), a.ByteLength()});
+        return true;
+      };
+      bool ok = true;
+      if (info[2].IsArray()) {
+        Napi::Array arr = info[2].As<Napi::Array>();
+        if (arr.Length() >= static_cast<uint32_t>(engine::kReplyIovMax)) ok = false;
+        for (uint32_t i = 0; ok && i < arr.Length(); i++) ok = add(arr.Get(i));
+      } else {
+        ok = add(info[2]);
+      }
+      if (!ok) {
+        ThrowCode(env, "EINVAL", "payload must be a Buffer or an array of fewer than 1024 Buffers");
+        return env.Undefined();
+      }
+    }
+    const Status st = s->Reply(unique, static_cast<int32_t>(error), iov.data(), static_cast<int>(iov.size()));
+    // kStale: the request was interrupted and is gone, which is not the caller's error.
+    return Napi::Boolean::New(env, st == Status::kOk);
+  }
+
+  // setReadSource(fh, sizeBytes, extents: number[] flat [arenaOffsetBytes, lengthBytes, ...]).
+  Napi::Value SetReadSource(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t fh, size;
+    if (!ArgU64(info, 0, "fh", &fh) || !ArgU64(info, 1, "sizeBytes", &size)) return env.Undefined();
+    if (info.Length() < 3 || !info[2].IsArray()) {
+      ThrowCode(env, "EINVAL", "extents must be an array of numbers");
+      return env.Undefined();
+    }
+    Napi::Array arr = info[2].As<Napi::Array>();
+    if (arr.Length() % 2 != 0 || arr.Length() / 2 > engine::kExtentsPerSourceMax) {
+      ThrowCode(env, "EINVAL", "extents must be pairs [offset, length], at most 65536");
+      return env.Undefined();
+    }
+    engine::ReadSource src;
+    src.sizeBytes = size;
+    for (uint32_t i = 0; i < arr.Length(); i += 2) {
+      Napi::Value a = arr.Get(i), b = arr.Get(i + 1);
+      if (!a.IsNumber() || !b.IsNumber()) {
+        ThrowCode(env, "EINVAL", "extents must be numbers");
+        return env.Undefined();
+      }
+      const double off = a.As<Napi::Number>().DoubleValue(), len = b.As<Napi::Number>().DoubleValue();
+      if (!(off >= 0) || !(len >= 0) || off > kSafeIntegerMax || len > kSafeIntegerMax) {
+        ThrowCode(env, "EINVAL", "extents must be non-negative safe integers");
+        return env.Undefined();
+      }
+      src.extents.emplace_back(static_cast<uint64_t>(off), static_cast<uint64_t>(len));
+    }
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    const Status st = s->SetReadSource(fh, std::move(src));
+    if (st != Status::kOk) ThrowStatus(env, st, "setReadSource: extents outside the arena, too many sources, or no arena");
+    return env.Undefined();
+  }
+
+  Napi::Value ClearReadSource(const Napi::CallbackInfo& info) {
+    uint64_t fh;
+    if (!ArgU64(info, 0, "fh", &fh)) return info.Env().Undefined();
+    if (session_) session_->ClearReadSource(fh);
+    return info.Env().Undefined();
+  }
+
+  Napi::Value OpenBacking(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t fd;
+    if (!ArgU64(info, 0, "fd", &fd) || fd > 0x7fffffff) return env.Undefined();
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    int32_t id = -1;
+    std::string error;
+    const Status st = s->OpenBacking(static_cast<int>(fd), &id, &error);
+    if (st != Status::kOk) {
+      ThrowStatus(env, st, error);
+      return env.Undefined();
+    }
+    return Napi::Number::New(env, id);
+  }
+
+  Napi::Value CloseBacking(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t id;
+    if (!ArgU64(info, 0, "backingId", &id) || id > 0x7fffffff) return env.Undefined();
+    if (session_) session_->CloseBacking(static_cast<int32_t>(id));
+    return env.Undefined();
+  }
+
+  Napi::Value Negotiated(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Napi::Object o = Napi::Object::New(env);
+    if (!session_) return o;
+    const engine::Negotiated n = session_->negotiated();
+    o.Set("done", n.done);
+    o.Set("major", n.major);
+    o.Set("minor", n.minor);
+    o.Set("maxWriteBytes", n.maxWriteBytes);
+    o.Set("maxPages", n.maxPages);
+    o.Set("maxReadaheadBytes", n.maxReadaheadBytes);
+    o.Set("passthrough", n.passthrough);
+    o.Set("arena", session_->mapsArena());
+    return o;
+  }
+
+  Napi::Value Stats(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Napi::Object o = Napi::Object::New(env);
+    if (!session_) return o;
+    const engine::SessionStats s = session_->stats();
+    o.Set("requests", static_cast<double>(s.requests));
+    o.Set("forwarded", static_cast<double>(s.forwarded));
+    o.Set("servedReads", static_cast<double>(s.servedReads));
+    o.Set("servedReadBytes", static_cast<double>(s.servedReadBytes));
+    o.Set("replyErrors", static_cast<double>(s.replyErrors));
+    return o;
+  }
+
+  Napi::Value Unmount(const Napi::CallbackInfo& info) {
+    Stop();
+    return info.Env().Undefined();
+  }
+
+  std::unique_ptr<Session> session_;
+  RequestFn requests_;
+  InitFn init_;
+  bool released_ = false;
+};
+
+}  // namespace
+
+void InitEngine(Napi::Env env, Napi::Object exports) { exports.Set("FuseSession", FuseSessionWrap::Define(env)); }
+
+}  // namespace cascade

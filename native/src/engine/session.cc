@@ -1,0 +1,319 @@
+#include "session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <mutex>
+
+#include "fuse_kernel.h"
+
+namespace cascade::engine {
+
+namespace {
+
+constexpr size_t kPageBytes = 4096;
+
+std::string Errno(const char* what) { return std::string(what) + ": " + strerror(errno); }
+
+}  // namespace
+
+Session::Session(const SessionOptions& options, Forward forward, OnInit onInit)
+    : options_(options), forward_(std::move(forward)), onInit_(std::move(onInit)) {}
+
+Status Session::Mount(const SessionOptions& options, Forward forward, OnInit onInit, std::unique_ptr<Session>* out,
+                      std::string* error) {
+  if (options.threads == 0 || options.threads > kThreadsMax) {
+    *error = "threads must be 1.." + std::to_string(kThreadsMax);
+    return Status::kInvalid;
+  }
+  if (options.maxPages == 0 || options.maxPages > kMaxPagesLimit) {
+    *error = "maxPages must be 1.." + std::to_string(kMaxPagesLimit);
+    return Status::kInvalid;
+  }
+  if (options.mountpoint.empty() || options.mountpoint[0] != '/') {
+    *error = "the mountpoint must be an absolute path";
+    return Status::kInvalid;
+  }
+  std::unique_ptr<Session> s(new Session(options, std::move(forward), std::move(onInit)));
+  if (options.arenaFd >= 0) {
+    Mapping* m = nullptr;
+    std::string why;
+    if (Mapping::Open("/proc/self/fd/" + std::to_string(options.arenaFd), &m, &why) != Status::kOk) {
+      *error = "cannot map the DRAM arena: " + why;
+      return Status::kIo;
+    }
+    s->arena_.reset(m);
+  }
+  s->fd_ = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (s->fd_ < 0) {
+    *error = Errno("open /dev/fuse");
+    return Status::kIo;
+  }
+  s->stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s->stopFd_ < 0) {
+    *error = Errno("eventfd");
+    return Status::kIo;
+  }
+  // What fusermount would pass; default_permissions: the kernel checks access from st_mode/uid/gid.
+  std::string data = "fd=" + std::to_string(s->fd_) + ",rootmode=40000,user_id=" + std::to_string(options.uid) +
+                     ",group_id=" + std::to_string(options.gid) + ",default_permissions";
+  if (options.allowOther) data += ",allow_other";
+  const std::string type = "fuse." + options.subtype;
+  if (mount(options.fsname.c_str(), options.mountpoint.c_str(), type.c_str(), MS_NOSUID | MS_NODEV, data.c_str()) != 0) {
+    const int e = errno;
+    *error = Errno(("mount " + options.mountpoint).c_str());
+    if (e == EPERM) *error += " (mounting /dev/fuse directly needs root)";
+    return Status::kIo;
+  }
+  s->mounted_ = true;
+  // A read must take the largest request: a max_pages write plus its headers.
+  s->bufferBytes_ = std::max<size_t>(FUSE_MIN_READ_BUFFER, options.maxPages * kPageBytes + kPageBytes);
+  for (unsigned i = 0; i < options.threads; i++) s->workers_.emplace_back([p = s.get()] { p->Worker(); });
+  *out = std::move(s);
+  return Status::kOk;
+}
+
+Session::~Session() { Unmount(); }
+
+void Session::Unmount() {
+  if (unmounted_.exchange(true)) return;
+  stopping_.store(true);
+  if (mounted_) umount2(options_.mountpoint.c_str(), MNT_DETACH);  // fails harmlessly if already gone
+  if (stopFd_ >= 0) {
+    const uint64_t one = 1;
+    ssize_t n = write(stopFd_, &one, sizeof one);
+    (void)n;
+  }
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  // The last close of the connection's fd aborts it: requests of files still open fail with ENOTCONN.
+  if (fd_ >= 0) close(fd_);
+  if (stopFd_ >= 0) close(stopFd_);
+  fd_ = stopFd_ = -1;
+}
+
+void Session::Worker() {
+  std::unique_ptr<uint8_t[]> buffer(new uint8_t[bufferBytes_]);
+  struct pollfd fds[2] = {{fd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
+  while (!stopping_.load()) {
+    const int ready = poll(fds, 2, -1);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[1].revents != 0) break;
+    if ((fds[0].revents & (POLLERR | POLLHUP)) != 0) break;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    const ssize_t n = read(fd_, buffer.get(), bufferBytes_);
+    if (n < 0) {
+      // EAGAIN: another worker took it; ENOENT: interrupted before we read it; ENODEV: unmounted.
+      if (errno == EINTR || errno == EAGAIN || errno == ENOENT) continue;
+      break;
+    }
+    if (static_cast<size_t>(n) < sizeof(fuse_in_header)) continue;
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    Handle(buffer.get(), static_cast<size_t>(n));
+  }
+}
+
+void Session::Handle(uint8_t* message, size_t lengthBytes) {
+  const auto* in = reinterpret_cast<const fuse_in_header*>(message);
+  if (in->len != lengthBytes) {  // the kernel's own framing: never expected to differ
+    ReplyError(in->unique, EIO);
+    return;
+  }
+  switch (in->opcode) {
+    case FUSE_INIT:
+      HandleInit(message, lengthBytes);
+      return;
+    case FUSE_READ:
+      if (ServeRead(message, lengthBytes)) return;
+      break;
+    case FUSE_RELEASE: {
+      // Drop the source before the embedder can reuse the handle number (it answers the release).
+      if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_release_in)) {
+        ClearReadSource(reinterpret_cast<const fuse_release_in*>(message + sizeof(fuse_in_header))->fh);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  forwarded_.fetch_add(1, std::memory_order_relaxed);
+  const uint32_t opcode = in->opcode;
+  const uint64_t unique = in->unique;
+  if (!forward_(std::vector<uint8_t>(message, message + lengthBytes))) {
+    if (opcode != FUSE_FORGET && opcode != FUSE_BATCH_FORGET && opcode != FUSE_INTERRUPT) ReplyError(unique, EIO);
+  }
+}
+
+void Session::HandleInit(const uint8_t* message, size_t lengthBytes) {
+  const auto* hdr = reinterpret_cast<const fuse_in_header*>(message);
+  // The 7.36+ init_in is 64 bytes; older kernels send 16.
+  fuse_init_in in{};
+  memcpy(&in, message + sizeof(fuse_in_header), std::min(sizeof in, lengthBytes - sizeof(fuse_in_header)));
+  if (in.major != 7 || in.minor < kProtocolMinorMin) {
+    ReplyError(hdr->unique, EPROTO);
+    onInit_(false, "the kernel speaks FUSE " + std::to_string(in.major) + "." + std::to_string(in.minor) +
+                       "; this engine needs 7." + std::to_string(kProtocolMinorMin) + " or later");
+    return;
+  }
+  uint64_t offered = in.flags;
+  if ((in.flags & FUSE_INIT_EXT) != 0) offered |= static_cast<uint64_t>(in.flags2) << 32;
+  // async_read: several reads of one file at once; atomic_o_trunc: O_TRUNC arrives with open (a
+  // whole-file overwrite is known there); big_writes + max_pages: 1 MiB requests.
+  uint64_t want = FUSE_ASYNC_READ | FUSE_ATOMIC_O_TRUNC | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT;
+  const uint32_t minor = std::min(in.minor, kProtocolMinor);
+  if (options_.passthrough && minor >= 40) want |= kFusePassthrough;
+  const uint64_t flags = want & offered;
+  InitOut out{};
+  out.major = 7;
+  out.minor = minor;
+  out.max_readahead = in.max_readahead;
+  out.flags = static_cast<uint32_t>(flags);
+  out.flags2 = static_cast<uint32_t>(flags >> 32);
+  out.max_background = 64;
+  out.congestion_threshold = 48;
+  out.max_write = options_.maxPages * kPageBytes;
+  out.time_gran = 1;
+  out.max_pages = (flags & FUSE_MAX_PAGES) != 0 ? options_.maxPages : 0;
+  // Passthrough files must not be FUSE files themselves (stack depth 1: backing files are plain).
+  out.max_stack_depth = (flags & kFusePassthrough) != 0 ? 1 : 0;
+  struct iovec iov = {&out, sizeof out};
+  const Status st = Reply(hdr->unique, 0, &iov, 1);
+  {
+    std::unique_lock<std::shared_mutex> lock(negotiatedMutex_);
+    negotiated_.done = st == Status::kOk;
+    negotiated_.major = 7;
+    negotiated_.minor = minor;
+    negotiated_.maxWriteBytes = out.max_write;
+    negotiated_.maxPages = out.max_pages;
+    negotiated_.maxReadaheadBytes = out.max_readahead;
+    negotiated_.passthrough = (flags & kFusePassthrough) != 0;
+  }
+  onInit_(st == Status::kOk, st == Status::kOk ? "" : "the INIT reply failed");
+}
+
+bool Session::ServeRead(const uint8_t* message, size_t lengthBytes) {
+  if (arena_ == nullptr || lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_read_in)) return false;
+  const auto* hdr = reinterpret_cast<const fuse_in_header*>(message);
+  const auto* in = reinterpret_cast<const fuse_read_in*>(message + sizeof(fuse_in_header));
+  std::shared_ptr<const ReadSource> src;
+  {
+    std::shared_lock<std::shared_mutex> lock(sourcesMutex_);
+    auto it = sources_.find(in->fh);
+    if (it == sources_.end()) return false;
+    src = it->second;
+  }
+  const uint64_t end = std::min<uint64_t>(src->sizeBytes, in->offset + static_cast<uint64_t>(in->size));
+  struct iovec iov[kReplyIovMax];
+  int count = 0;
+  uint64_t pos = 0;  // block offset of the current extent
+  uint64_t want = in->offset;
+  for (const auto& [arenaOffset, length] : src->extents) {
+    if (want >= end) break;
+    if (want < pos + length) {
+      if (count == kReplyIovMax - 1) return false;  // too fragmented to answer in one writev: JS copies
+      const uint64_t within = want - pos;
+      const uint64_t n = std::min(length - within, end - want);
+      iov[count++] = {const_cast<uint8_t*>(arena_->base()) + arenaOffset + within, static_cast<size_t>(n)};
+      want += n;
+    }
+    pos += length;
+  }
+  servedReads_.fetch_add(1, std::memory_order_relaxed);
+  servedReadBytes_.fetch_add(want > in->offset ? want - in->offset : 0, std::memory_order_relaxed);
+  Reply(hdr->unique, 0, iov, count);
+  return true;
+}
+
+Status Session::Reply(uint64_t unique, int32_t error, const struct iovec* payload, int payloadCount) {
+  if (fd_ < 0) return Status::kClosed;
+  if (error < 0 || payloadCount < 0 || payloadCount >= kReplyIovMax) return Status::kInvalid;
+  struct iovec iov[kReplyIovMax];
+  fuse_out_header out{};
+  out.unique = unique;
+  out.error = -error;
+  size_t total = sizeof out;
+  iov[0] = {&out, sizeof out};
+  int count = 1;
+  if (error == 0) {
+    for (int i = 0; i < payloadCount; i++) {
+      if (payload[i].iov_len == 0) continue;
+      iov[count++] = payload[i];
+      total += payload[i].iov_len;
+    }
+  }
+  out.len = static_cast<uint32_t>(total);
+  const ssize_t n = writev(fd_, iov, count);
+  if (n < 0) {
+    // ENOENT: the request was interrupted and is gone; anything else is counted.
+    if (errno != ENOENT) replyErrors_.fetch_add(1, std::memory_order_relaxed);
+    return errno == ENOENT ? Status::kStale : Status::kIo;
+  }
+  return Status::kOk;
+}
+
+void Session::ReplyError(uint64_t unique, int32_t error) { Reply(unique, error, nullptr, 0); }
+
+Status Session::SetReadSource(uint64_t fh, ReadSource source) {
+  if (arena_ == nullptr) return Status::kClosed;
+  if (source.extents.size() > kExtentsPerSourceMax) return Status::kInvalid;
+  uint64_t total = 0;
+  for (const auto& [offset, length] : source.extents) {
+    if (offset > arena_->lengthBytes() || length > arena_->lengthBytes() - offset) return Status::kRange;
+    total += length;
+  }
+  if (total < source.sizeBytes) return Status::kRange;
+  std::unique_lock<std::shared_mutex> lock(sourcesMutex_);
+  if (sources_.size() >= kReadSourcesMax && sources_.count(fh) == 0) return Status::kNoSpace;
+  sources_[fh] = std::make_shared<const ReadSource>(std::move(source));
+  return Status::kOk;
+}
+
+void Session::ClearReadSource(uint64_t fh) {
+  std::unique_lock<std::shared_mutex> lock(sourcesMutex_);
+  sources_.erase(fh);
+}
+
+Status Session::OpenBacking(int fd, int32_t* backingId, std::string* error) {
+  BackingMap map{};
+  map.fd = fd;
+  const int id = ioctl(fd_, kIocBackingOpen, &map);
+  if (id < 0) {
+    *error = Errno("FUSE_DEV_IOC_BACKING_OPEN");
+    return Status::kIo;
+  }
+  *backingId = id;
+  return Status::kOk;
+}
+
+Status Session::CloseBacking(int32_t backingId) {
+  uint32_t id = static_cast<uint32_t>(backingId);
+  return ioctl(fd_, kIocBackingClose, &id) == 0 ? Status::kOk : Status::kIo;
+}
+
+Negotiated Session::negotiated() const {
+  std::shared_lock<std::shared_mutex> lock(negotiatedMutex_);
+  return negotiated_;
+}
+
+SessionStats Session::stats() const {
+  SessionStats s;
+  s.requests = requests_.load();
+  s.forwarded = forwarded_.load();
+  s.servedReads = servedReads_.load();
+  s.servedReadBytes = servedReadBytes_.load();
+  s.replyErrors = replyErrors_.load();
+  return s;
+}
+
+}  // namespace cascade::engine

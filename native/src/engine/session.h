@@ -1,0 +1,128 @@
+// The native FUSE engine's core: one FUSE connection on /dev/fuse, mounted with mount(2), served by
+// worker threads. It answers INIT itself (1 MiB requests: max_pages 256; passthrough where asked and
+// offered), serves READs of handles whose bytes lie in the shared-memory arena straight from it with
+// writev (no copy in user space, no JS), and hands every other request to the embedder (the binding
+// forwards it to the TypeScript adapter, which answers with Reply()). Never includes napi.h.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "../core/mapping.h"
+#include "../core/status.h"
+
+namespace cascade::engine {
+
+// Bounds (TIGER_STYLE: everything has a limit).
+constexpr unsigned kThreadsMax = 64;
+constexpr unsigned kMaxPagesLimit = 256;          // the kernel's own limit (1 MiB requests)
+constexpr size_t kReadSourcesMax = 1 << 20;       // handles served natively at once
+constexpr size_t kExtentsPerSourceMax = 1 << 16;  // extents of one served block
+constexpr int kReplyIovMax = 1024;                // IOV_MAX
+
+struct SessionOptions {
+  std::string mountpoint;
+  std::string fsname = "cascade";
+  std::string subtype = "cascade";
+  unsigned threads = 4;
+  unsigned maxPages = kMaxPagesLimit;
+  bool allowOther = true;
+  bool passthrough = false;  // ask the kernel for FUSE passthrough (needs 7.40 and CAP_SYS_ADMIN)
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  int arenaFd = -1;  // the DRAM arena, mapped read-only for served reads; -1: none
+};
+
+// What INIT settled.
+struct Negotiated {
+  bool done = false;
+  uint32_t major = 0;
+  uint32_t minor = 0;
+  uint32_t maxWriteBytes = 0;
+  uint32_t maxPages = 0;
+  uint32_t maxReadaheadBytes = 0;
+  bool passthrough = false;
+};
+
+struct SessionStats {
+  uint64_t requests = 0;
+  uint64_t forwarded = 0;
+  uint64_t servedReads = 0;
+  uint64_t servedReadBytes = 0;
+  uint64_t replyErrors = 0;
+};
+
+// A block the arena holds for an open handle: bytes [0, sizeBytes) are the extents, in block order,
+// each [arenaOffsetBytes, lengthBytes). The embedder keeps them allocated until it clears the source.
+struct ReadSource {
+  uint64_t sizeBytes = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> extents;
+};
+
+class Session {
+ public:
+  // A request the engine does not answer itself: the whole message (fuse_in_header first). Returns
+  // false if the embedder is shutting down (the engine then answers EIO where an answer is due).
+  using Forward = std::function<bool(std::vector<uint8_t>&& request)>;
+  // Called once, on a worker, when INIT is answered (ok) or failed (not ok, with why).
+  using OnInit = std::function<void(bool ok, const std::string& why)>;
+
+  static Status Mount(const SessionOptions& options, Forward forward, OnInit onInit, std::unique_ptr<Session>* out,
+                      std::string* error);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Answers request `unique`: error 0 with the payload, or a positive errno (payload ignored).
+  Status Reply(uint64_t unique, int32_t error, const struct iovec* payload, int payloadCount);
+  Status SetReadSource(uint64_t fh, ReadSource source);
+  void ClearReadSource(uint64_t fh);
+  // FUSE_DEV_IOC_BACKING_OPEN/CLOSE: register a file the kernel reads directly (passthrough).
+  Status OpenBacking(int fd, int32_t* backingId, std::string* error);
+  Status CloseBacking(int32_t backingId);
+  // Detaches the mount (lazily), stops and joins the workers, closes /dev/fuse. Idempotent.
+  void Unmount();
+
+  Negotiated negotiated() const;
+  SessionStats stats() const;
+  bool mapsArena() const { return arena_ != nullptr; }
+
+ private:
+  Session(const SessionOptions& options, Forward forward, OnInit onInit);
+  void Worker();
+  void Handle(uint8_t* message, size_t lengthBytes);
+  void HandleInit(const uint8_t* message, size_t lengthBytes);
+  bool ServeRead(const uint8_t* message, size_t lengthBytes);
+  void ReplyError(uint64_t unique, int32_t error);
+
+  const SessionOptions options_;
+  const Forward forward_;
+  const OnInit onInit_;
+  int fd_ = -1;
+  int stopFd_ = -1;  // eventfd: wakes the workers' poll() at shutdown
+  bool mounted_ = false;
+  std::unique_ptr<Mapping> arena_;
+  std::vector<std::thread> workers_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> unmounted_{false};
+  size_t bufferBytes_ = 0;
+
+  mutable std::shared_mutex sourcesMutex_;
+  std::unordered_map<uint64_t, std::shared_ptr<const ReadSource>> sources_;
+
+  mutable std::shared_mutex negotiatedMutex_;
+  Negotiated negotiated_;
+
+  std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, replyErrors_{0};
+};
+
+}  // namespace cascade::engine
