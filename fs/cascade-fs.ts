@@ -63,6 +63,8 @@ export interface CascadeFsOptions {
   gid: number;
   /** What /.cascade/client.json shows: how same-node clients reach the daemon (absent: no such file). */
   clientInfo?: () => object | undefined;
+  /** The mount engine's name and counters, shown in stats.json as `engine`. */
+  engineInfo?: () => object | undefined;
   /** Bytes all staging buffers may hold together (default: a quarter of memory, at most 8 GiB). */
   stagingCapacityBytes?: number;
   log?: (message: string) => void;
@@ -798,7 +800,7 @@ export class CascadeFs implements CascadeFsOps {
       const s = await this.store.stats();
       const d = this.loopDelay;
       const eventLoop = { delayMaxMs: d.max / 1e6, delayP99Ms: d.percentile(99) / 1e6, delayMeanMs: Number.isNaN(d.mean) ? 0 : d.mean / 1e6 };
-      const body = { ...s, fs: { openHandles: this.handles.size, stagingFiles: this.staging.size, stagingBytes: this.stagingBytes }, eventLoop };
+      const body = { ...s, fs: { openHandles: this.handles.size, stagingFiles: this.staging.size, stagingBytes: this.stagingBytes }, eventLoop, engine: this.options.engineInfo?.() };
       this.statsSnapshot = { atMs: Date.now(), data: Buffer.from(JSON.stringify(body, null, 2) + '\n') };
     }
     return this.statsSnapshot.data;

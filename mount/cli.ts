@@ -154,6 +154,7 @@ interface MountArgs extends CommonArgs {
   kernelCache: boolean;
   debug: boolean;
   engine: string;
+  passthrough: boolean;
 }
 
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
@@ -223,6 +224,7 @@ async function mount(args: MountArgs): Promise<void> {
     kernelCache: args.kernelCache,
     debug: args.debug,
     engine: args.engine as EngineChoice,
+    passthrough: args.passthrough,
     log: (line) => process.stderr.write(`${line}\n`),
   });
 }
@@ -367,6 +369,12 @@ export function buildCli(argv: string[]) {
             default: process.env.CASCADE_ENGINE ?? 'auto',
             describe:
               'native: Cascade speaks FUSE itself on /dev/fuse (1 MiB requests, worker threads, reads served from shared memory without JS; needs root); fuse-native: libfuse 2 through fuse-native (128 KiB requests, every request in JS); auto: native where it can run, else fuse-native, and says which (default: $CASCADE_ENGINE, else auto)',
+          })
+          .option('passthrough', {
+            type: 'boolean',
+            default: false,
+            describe:
+              'native engine: FUSE passthrough for reads of committed files, which the kernel then serves from a shared-memory copy without the daemon (memory speed). While a file is open this way, opening it for writing fails with EBUSY: write a temporary file and rename it over (Linux 6.9+)',
           })
           .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, pin-quota, keep-versions, kernel-cache, engine); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')

@@ -104,6 +104,10 @@ export class FuseNativeEngine {
     return engine;
   }
 
+  info(): object {
+    return { name: 'fuse-native' };
+  }
+
   /** Whether the kernel still has this mount (false after an external `fusermount -u`). */
   isMounted(): boolean {
     return this.unmounting === undefined && mountEntry(this.mountpoint) !== undefined;

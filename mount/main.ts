@@ -25,6 +25,8 @@ export interface MountOptions {
   debug?: boolean;
   /** Which FUSE engine serves the mount (default auto). */
   engine?: EngineChoice;
+  /** Native engine: FUSE passthrough for reads of committed versions. */
+  passthrough?: boolean;
   log: (msg: string) => void;
   /** Tests: stop without a signal. */
   stop?: AbortSignal;
@@ -78,7 +80,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
     });
     try {
       let local: LocalServer | undefined;
-      const fsOps = await (opts.createFs ?? ((st: Store) => defaultCreateFs(st, log, () => local?.info())))(store);
+      const fsOps = await (opts.createFs ?? ((st: Store) => defaultCreateFs(st, log, () => local?.info(), () => engine?.info())))(store);
       try {
         local = await startLocalServer(store, fsOps, log);
         if (!shuttingDown) {
@@ -113,10 +115,15 @@ export async function runMount(opts: MountOptions): Promise<void> {
 }
 
 /** The real filesystem layer, loaded on first use: tests inject their own and never load it. */
-async function defaultCreateFs(store: Store, log: (msg: string) => void, clientInfo: () => object | undefined): Promise<CascadeFsOps> {
+async function defaultCreateFs(
+  store: Store,
+  log: (msg: string) => void,
+  clientInfo: () => object | undefined,
+  engineInfo: () => object | undefined,
+): Promise<CascadeFsOps> {
   const { createCascadeFs } = await import('../fs/cascade-fs');
   // Files belong to whoever runs the daemon; other users get what st_mode allows them.
-  return createCascadeFs(store, { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0, log: (m) => log(`cascade: ${m}`), clientInfo });
+  return createCascadeFs(store, { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0, log: (m) => log(`cascade: ${m}`), clientInfo, engineInfo });
 }
 
 /** The same-node client service, where the DRAM tier is a shared mapping (the native arena). */
@@ -134,6 +141,8 @@ async function startLocalServer(store: Store, fsOps: CascadeFsOps, log: (msg: st
 interface MountedEngine {
   isMounted(): boolean;
   unmount(): Promise<void>;
+  /** Name and counters for stats.json. */
+  info(): object;
 }
 
 /**
@@ -148,11 +157,12 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
     const why = NativeFuseEngine.unavailable();
     if (why === undefined) {
       try {
-        const e = await NativeFuseEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, arenaFd: store.dramRegion()?.fd, log });
+        const e = await NativeFuseEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, arenaFd: store.dramRegion()?.fd, passthrough: opts.passthrough, log });
         const n = e.negotiated();
         if (opts.debug) log('--debug traces requests with the fuse-native engine only');
         const reads = n?.arena === true ? 'reads of DRAM blocks served from the arena' : 'every read through JS (no shared-memory arena)';
-        return { engine: e, description: `native: FUSE 7.${n?.minor ?? '?'}, ${((n?.maxWriteBytes ?? 0) / 1024) | 0} KiB requests, ${reads}` };
+        const pt = n?.passthrough === true && opts.passthrough === true ? ', passthrough' : '';
+        return { engine: e, description: `native: FUSE 7.${n?.minor ?? '?'}, ${((n?.maxWriteBytes ?? 0) / 1024) | 0} KiB requests, ${reads}${pt}` };
       } catch (e) {
         if (choice === 'native') throw e;
         log(`the native engine could not mount (${(e as Error).message}); using fuse-native`);
@@ -163,6 +173,7 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
       log(`using fuse-native: the native engine cannot run (${why})`);
     }
   }
+  if (opts.passthrough) log('--passthrough needs the native engine: ignored');
   const { FuseNativeEngine } = await import('./fuse-engine');
   const e = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, log });
   return { engine: e, description: 'fuse-native: libfuse 2, 128 KiB requests' };

@@ -17,6 +17,7 @@ import type { DramHold } from '../store/store';
 import type { CascadeFsOps, FileAttr, Handle } from '../fs/types';
 import { errnoOf, toErrno } from './errno';
 import * as P from './fuse-proto';
+import { BackingCache, type Backing } from './passthrough';
 import { checkMountpoint, clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint } from './mounts';
 
 export interface NativeEngineOptions {
@@ -28,6 +29,15 @@ export interface NativeEngineOptions {
   maxPages?: number;
   /** The DRAM arena's fd, for reads served in C++ straight from it. */
   arenaFd?: number;
+  /**
+   * FUSE passthrough for reads of committed versions: the kernel reads a shared-memory copy of the
+   * block directly, so reads never reach the daemon. While a file is open this way, opening it for
+   * writing fails with EBUSY (the kernel cannot mix passthrough and other opens of one inode): write
+   * a temporary file and rename it over instead, as vLLM, LMCache and SGLang do.
+   */
+  passthrough?: boolean;
+  /** Bound on the shared-memory copies passthrough reads from (default 1 GiB). */
+  passthroughCacheBytes?: number;
   log?: (msg: string) => void;
 }
 
@@ -40,6 +50,7 @@ export const OPEN_DIRS_MAX = 65_536;
 /** libfuse's default cache lifetimes: the same kernel caching as the fuse-native engine. */
 const VALIDITY: P.Validity = { entryMs: 1000, attrMs: 1000 };
 const ROOT_ID = 1;
+const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
 const O_ACCMODE = 3;
 const UNCHANGED_ID = 0xffff_ffff;
 
@@ -67,6 +78,10 @@ export class NodeTable {
     // A node the kernel forgot cannot be named again: a kernel bug, or a stale handle after remount.
     if (n === undefined) throw new CascadeError('ESTALE', `unknown node ${id}`);
     return n.path;
+  }
+
+  idOf(p: string): number | undefined {
+    return this.byPath.get(p);
   }
 
   /** A lookup that succeeded: the node for `p`, its lookup count raised by one. */
@@ -128,6 +143,11 @@ export class NativeFuseEngine {
   private session: NativeFuseSessionBinding | undefined;
   private readonly nodes = new NodeTable();
   private readonly holds = new Map<Handle, DramHold>();
+  /** Every open file handle: its node, and its passthrough backing if it has one. */
+  private readonly opens = new Map<Handle, { nodeid: number; backing?: Backing }>();
+  /** Per node: open handles with passthrough (all share one backing, a kernel rule) and without. */
+  private readonly nodeOpens = new Map<number, { passthrough: number; other: number; backing?: Backing }>();
+  private backings: BackingCache | undefined;
   private readonly dirs = new Map<number, string[]>();
   private nextDir = 1;
   private unmounting: Promise<void> | undefined;
@@ -177,6 +197,7 @@ export class NativeFuseEngine {
           maxPages: options.maxPages,
           allowOther: true,
           arenaFd: options.arenaFd,
+          passthrough: options.passthrough === true,
         },
         (request) => engine.dispatch(request),
         (ok, why) => initDone(ok, why),
@@ -192,6 +213,12 @@ export class NativeFuseEngine {
       session.unmount();
       throw new CascadeError('EIO', `cannot mount ${mnt} with the native engine: ${r.why}`);
     }
+    if (options.passthrough === true) {
+      const n = session.negotiated();
+      if (!n.passthrough) log('passthrough was asked for but the kernel did not offer it (needs Linux 6.9+ and CAP_SYS_ADMIN): reads are served');
+      else if (!n.arena) log('passthrough needs the shared-memory DRAM arena (native addon): reads go through the daemon');
+      else engine.backings = new BackingCache(session, options.passthroughCacheBytes ?? PASSTHROUGH_CACHE_BYTES_DEFAULT);
+    }
     return engine;
   }
 
@@ -199,8 +226,17 @@ export class NativeFuseEngine {
     return this.session?.negotiated();
   }
 
-  stats(): object {
-    return { ...this.session?.stats(), nodes: this.nodes.size, holds: this.holds.size, openDirs: this.dirs.size };
+  info(): object {
+    return {
+      name: 'native',
+      ...this.session?.negotiated(),
+      ...this.session?.stats(),
+      nodes: this.nodes.size,
+      holds: this.holds.size,
+      openDirs: this.dirs.size,
+      passthroughFiles: this.backings?.size ?? 0,
+      passthroughBytes: this.backings?.bytes ?? 0,
+    };
   }
 
   isMounted(): boolean {
@@ -218,6 +254,7 @@ export class NativeFuseEngine {
     for (const h of this.holds.values()) h.release();
     this.holds.clear();
     this.dirs.clear();
+    this.backings?.close();
   }
 
   // ---- dispatch ----
@@ -338,7 +375,9 @@ export class NativeFuseEngine {
         const p = childPath(this.nodes.pathOf(hdr.nodeid), r.name());
         const fh = checkHandle(await f.create(p, mode & ~umask, flags));
         try {
-          return [await this.entry(p, fh), P.openOut(fh, this.openFlags())];
+          const entry = await this.entry(p, fh);
+          this.track(fh, this.nodes.idOf(p) ?? 0);
+          return [entry, P.openOut(fh, this.openFlags())];
         } catch (e) {
           await f.release(fh).catch(() => {});
           throw e;
@@ -368,6 +407,7 @@ export class NativeFuseEngine {
         const fh = r.u64();
         const hold = this.holds.get(fh);
         this.holds.delete(fh);
+        this.untrack(fh);
         try {
           await f.release(fh);
         } finally {
@@ -444,26 +484,79 @@ export class NativeFuseEngine {
   private async open(hdr: P.InHeader, r: P.Reader): Promise<Buffer> {
     const flags = r.u32();
     const f = this.fsOps;
+    const reading = (flags & O_ACCMODE) === 0;
+    const node = this.nodeOpens.get(hdr.nodeid);
+    if (!reading && node !== undefined && node.passthrough > 0) {
+      // The kernel would refuse a non-passthrough open of this inode after we answered (and the
+      // release that follows would commit an empty file): refuse first, saying why.
+      throw new CascadeError('EBUSY', `${this.nodes.pathOf(hdr.nodeid)} is open for passthrough reads; write a new file and rename it over`);
+    }
     const fh = checkHandle(await f.open(this.nodes.pathOf(hdr.nodeid), flags));
-    if ((flags & O_ACCMODE) === 0 && f.holdHandle !== undefined && this.session?.negotiated().arena === true) {
+    let openFlags = this.openFlags();
+    let backing: Backing | undefined;
+    if (reading && f.holdHandle !== undefined && this.session?.negotiated().arena === true) {
       // Reads of a committed version are served in C++ from the arena while this handle is open.
       try {
         const hold = await f.holdHandle(fh);
         if (hold !== undefined) {
           this.holds.set(fh, hold);
           this.session.setReadSource(fh, hold.version.sizeBytes, hold.extents.flat());
+          backing = await this.passthroughFor(hdr.nodeid, hold);
         }
       } catch (e) {
         // Larger than DRAM, or DRAM full of pins: the handle's reads go through JS instead.
         this.holds.get(fh)?.release();
         this.holds.delete(fh);
+        this.session?.clearReadSource(fh);
         if (!this.holdWarned) {
           this.holdWarned = true;
           this.log(`reads served through JS for some files: ${(e as Error).message}`);
         }
       }
     }
-    return P.openOut(fh, this.openFlags());
+    this.track(fh, hdr.nodeid, backing);
+    if (backing !== undefined) openFlags = P.FOPEN.PASSTHROUGH;
+    return P.openOut(fh, openFlags, backing?.backingId ?? 0);
+  }
+
+  /**
+   * The backing file for a passthrough open of `nodeid`, or undefined for a served open. The kernel
+   * allows one backing file per inode and no other opens beside passthrough ones, so: a node with
+   * other opens (a writer) gets served reads; a node already in passthrough keeps its backing file
+   * (an open that raced a rename-replace reads the version the node had, as if it came first).
+   */
+  private async passthroughFor(nodeid: number, hold: DramHold): Promise<Backing | undefined> {
+    const cache = this.backings;
+    if (cache === undefined) return undefined;
+    const node = this.nodeOpens.get(nodeid);
+    if (node !== undefined && node.other > 0) return undefined;
+    const sha = node?.backing?.sha256 ?? hold.version.sha256;
+    return cache.acquire(sha, hold.version.sizeBytes, hold.extents.flat());
+  }
+
+  private track(fh: Handle, nodeid: number, backing?: Backing): void {
+    this.opens.set(fh, { nodeid, backing });
+    const n = this.nodeOpens.get(nodeid) ?? { passthrough: 0, other: 0 };
+    if (backing !== undefined) {
+      n.passthrough++;
+      n.backing ??= backing;
+    } else {
+      n.other++;
+    }
+    this.nodeOpens.set(nodeid, n);
+  }
+
+  private untrack(fh: Handle): void {
+    const o = this.opens.get(fh);
+    if (o === undefined) return;
+    this.opens.delete(fh);
+    o.backing?.release();
+    const n = this.nodeOpens.get(o.nodeid);
+    if (n === undefined) return;
+    if (o.backing !== undefined) n.passthrough--;
+    else n.other--;
+    if (n.passthrough === 0) n.backing = undefined;
+    if (n.passthrough === 0 && n.other === 0) this.nodeOpens.delete(o.nodeid);
   }
 
   private async setattr(hdr: P.InHeader, r: P.Reader): Promise<Buffer> {

@@ -79,6 +79,53 @@ bool OptBool(Napi::Env env, Napi::Object o, const char* name, bool* out) {
   return true;
 }
 
+class FuseSessionWrap;
+
+// Fills a passthrough backing file from the arena on a libuv worker. The worker holds a reference to
+// the session, so the arena mapping it reads stays mapped even if unmount() runs meanwhile.
+class ArenaFillWorker : public PromiseWorker {
+ public:
+  ArenaFillWorker(Napi::Env env, std::shared_ptr<Session> session, int fd, engine::ReadSource source)
+      : PromiseWorker(env, "cascade-fuse-fill"), session_(std::move(session)), fd_(fd), source_(std::move(source)) {}
+  void Execute() override { status_ = session_->WriteArenaTo(fd_, source_, &message_); }
+
+ private:
+  std::shared_ptr<Session> session_;
+  int fd_;
+  engine::ReadSource source_;
+};
+
+bool ReadSourceArg(const Napi::CallbackInfo& info, size_t sizeIndex, size_t extentsIndex, engine::ReadSource* src) {
+  Napi::Env env = info.Env();
+  uint64_t size;
+  if (!ArgU64(info, sizeIndex, "sizeBytes", &size)) return false;
+  if (info.Length() <= extentsIndex || !info[extentsIndex].IsArray()) {
+    ThrowCode(env, "EINVAL", "extents must be an array of numbers");
+    return false;
+  }
+  Napi::Array arr = info[extentsIndex].As<Napi::Array>();
+  if (arr.Length() % 2 != 0 || arr.Length() / 2 > engine::kExtentsPerSourceMax) {
+    ThrowCode(env, "EINVAL", "extents must be pairs [offset, length], at most 65536");
+    return false;
+  }
+  src->sizeBytes = size;
+  for (uint32_t i = 0; i < arr.Length(); i += 2) {
+    Napi::Value a = arr.Get(i), b = arr.Get(i + 1);
+    if (!a.IsNumber() || !b.IsNumber()) {
+      ThrowCode(env, "EINVAL", "extents must be numbers");
+      return false;
+    }
+    const double off = a.As<Napi::Number>().DoubleValue(), len = b.As<Napi::Number>().DoubleValue();
+    if (!(off >= 0) || !(len >= 0) || off > kSafeIntegerMax || len > kSafeIntegerMax || off != static_cast<double>(static_cast<uint64_t>(off)) ||
+        len != static_cast<double>(static_cast<uint64_t>(len))) {
+      ThrowCode(env, "EINVAL", "extents must be non-negative safe integers");
+      return false;
+    }
+    src->extents.emplace_back(static_cast<uint64_t>(off), static_cast<uint64_t>(len));
+  }
+  return true;
+}
+
 class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
@@ -87,6 +134,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
                            InstanceMethod<&FuseSessionWrap::Reply>("reply"),
                            InstanceMethod<&FuseSessionWrap::SetReadSource>("setReadSource"),
                            InstanceMethod<&FuseSessionWrap::ClearReadSource>("clearReadSource"),
+                           InstanceMethod<&FuseSessionWrap::WriteArenaTo>("writeArenaTo"),
                            InstanceMethod<&FuseSessionWrap::OpenBacking>("openBacking"),
                            InstanceMethod<&FuseSessionWrap::CloseBacking>("closeBacking"),
                            InstanceMethod<&FuseSessionWrap::Negotiated>("negotiated"),
@@ -141,7 +189,9 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
       if (init.NonBlockingCall(r) != napi_ok) delete r;
     };
     std::string error;
-    const Status st = Session::Mount(opts, forward, onInit, &session_, &error);
+    std::unique_ptr<Session> session;
+    const Status st = Session::Mount(opts, forward, onInit, &session, &error);
+    session_ = std::move(session);
     if (st != Status::kOk) {
       requests_.Abort();
       init_.Abort();
@@ -215,37 +265,27 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
   // setReadSource(fh, sizeBytes, extents: number[] flat [arenaOffsetBytes, lengthBytes, ...]).
   Napi::Value SetReadSource(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    uint64_t fh, size;
-    if (!ArgU64(info, 0, "fh", &fh) || !ArgU64(info, 1, "sizeBytes", &size)) return env.Undefined();
-    if (info.Length() < 3 || !info[2].IsArray()) {
-      ThrowCode(env, "EINVAL", "extents must be an array of numbers");
-      return env.Undefined();
-    }
-    Napi::Array arr = info[2].As<Napi::Array>();
-    if (arr.Length() % 2 != 0 || arr.Length() / 2 > engine::kExtentsPerSourceMax) {
-      ThrowCode(env, "EINVAL", "extents must be pairs [offset, length], at most 65536");
-      return env.Undefined();
-    }
+    uint64_t fh;
     engine::ReadSource src;
-    src.sizeBytes = size;
-    for (uint32_t i = 0; i < arr.Length(); i += 2) {
-      Napi::Value a = arr.Get(i), b = arr.Get(i + 1);
-      if (!a.IsNumber() || !b.IsNumber()) {
-        ThrowCode(env, "EINVAL", "extents must be numbers");
-        return env.Undefined();
-      }
-      const double off = a.As<Napi::Number>().DoubleValue(), len = b.As<Napi::Number>().DoubleValue();
-      if (!(off >= 0) || !(len >= 0) || off > kSafeIntegerMax || len > kSafeIntegerMax) {
-        ThrowCode(env, "EINVAL", "extents must be non-negative safe integers");
-        return env.Undefined();
-      }
-      src.extents.emplace_back(static_cast<uint64_t>(off), static_cast<uint64_t>(len));
-    }
+    if (!ArgU64(info, 0, "fh", &fh) || !ReadSourceArg(info, 1, 2, &src)) return env.Undefined();
     Session* s = Live(env);
     if (s == nullptr) return env.Undefined();
     const Status st = s->SetReadSource(fh, std::move(src));
     if (st != Status::kOk) ThrowStatus(env, st, "setReadSource: extents outside the arena, too many sources, or no arena");
     return env.Undefined();
+  }
+
+  // writeArenaTo(fd, sizeBytes, extents): Promise<void>, the bytes copied on a worker thread.
+  Napi::Value WriteArenaTo(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t fd;
+    engine::ReadSource src;
+    if (!ArgU64(info, 0, "fd", &fd) || fd > 0x7fffffff || !ReadSourceArg(info, 1, 2, &src)) return env.Undefined();
+    if (Live(env) == nullptr) return env.Undefined();
+    auto* w = new ArenaFillWorker(env, session_, static_cast<int>(fd), std::move(src));
+    Napi::Promise p = w->Promise();
+    w->Queue();
+    return p;
   }
 
   Napi::Value ClearReadSource(const Napi::CallbackInfo& info) {
@@ -313,7 +353,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     return info.Env().Undefined();
   }
 
-  std::unique_ptr<Session> session_;
+  std::shared_ptr<Session> session_;
   RequestFn requests_;
   InitFn init_;
   bool released_ = false;

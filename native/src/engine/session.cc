@@ -301,6 +301,30 @@ Status Session::CloseBacking(int32_t backingId) {
   return ioctl(fd_, kIocBackingClose, &id) == 0 ? Status::kOk : Status::kIo;
 }
 
+Status Session::WriteArenaTo(int fd, const ReadSource& source, std::string* error) const {
+  if (arena_ == nullptr) return Status::kClosed;
+  uint64_t at = 0;
+  for (const auto& [offset, length] : source.extents) {
+    if (at >= source.sizeBytes) break;
+    if (offset > arena_->lengthBytes() || length > arena_->lengthBytes() - offset) return Status::kRange;
+    const uint8_t* p = arena_->base() + offset;
+    uint64_t left = std::min(length, source.sizeBytes - at);
+    while (left > 0) {
+      const ssize_t n = pwrite(fd, p, static_cast<size_t>(left), static_cast<off_t>(at));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        *error = Errno("pwrite to the backing file");
+        return Status::kIo;
+      }
+      p += n;
+      at += static_cast<uint64_t>(n);
+      left -= static_cast<uint64_t>(n);
+    }
+  }
+  if (at < source.sizeBytes) return Status::kRange;
+  return Status::kOk;
+}
+
 Negotiated Session::negotiated() const {
   std::shared_lock<std::shared_mutex> lock(negotiatedMutex_);
   return negotiated_;

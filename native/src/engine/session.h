@@ -95,6 +95,9 @@ class Session {
   Negotiated negotiated() const;
   SessionStats stats() const;
   bool mapsArena() const { return arena_ != nullptr; }
+  // Copies block bytes from the arena (extents as in ReadSource) into fd from offset 0: the backing
+  // file of a passthrough open. Blocking; the binding runs it on a worker thread.
+  Status WriteArenaTo(int fd, const ReadSource& source, std::string* error) const;
 
  private:
   Session(const SessionOptions& options, Forward forward, OnInit onInit);
