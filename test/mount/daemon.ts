@@ -36,6 +36,11 @@ export class Daemon {
         this.stderr += d.toString();
         if (this.stderr.includes('cascade: mounted')) {
           clearTimeout(timer);
+          // A suite run for one engine (CASCADE_ENGINE) must not silently run on the other.
+          const want = this.extra.includes('--engine') ? undefined : process.env.CASCADE_ENGINE;
+          if ((want === 'native' || want === 'fuse-native') && !this.stderr.includes(`(engine ${want}:`)) {
+            reject(new Error(`CASCADE_ENGINE=${want} but the daemon said: ${this.stderr}`));
+          }
           resolve();
         }
       });

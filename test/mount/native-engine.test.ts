@@ -1,0 +1,284 @@
+/**
+ * The native FUSE engine (issue 6). First without a kernel: the protocol codec, the node table and
+ * the passthrough backing cache. Then real mounts (root): reads served in C++ from the arena,
+ * passthrough, and engine selection. The whole mount suite also runs on both engines (npm test).
+ */
+import * as assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { FileAttr } from '../../fs/types';
+import * as P from '../../mount/fuse-proto';
+import { NodeTable } from '../../mount/native-engine';
+import { BackingCache, type BackingSession } from '../../mount/passthrough';
+import { nativeBinding } from '../../native';
+import { isCascadeError } from '../../store/errors';
+import { canMount, CLI, Daemon } from './daemon';
+
+const MiB = 1024 * 1024;
+
+const attr: FileAttr = { mode: 0o100644, sizeBytes: 5000, nlink: 1, uid: 7, gid: 8, mtimeMs: 1_700_000_000_123, ctimeMs: 1_700_000_000_456, atimeMs: 1_700_000_000_789, ino: 4242 };
+
+function request(opcode: number, body: Buffer, nodeid = 1, unique = 10): Buffer {
+  const h = Buffer.alloc(P.IN_HEADER_BYTES);
+  h.writeUInt32LE(P.IN_HEADER_BYTES + body.length, 0);
+  h.writeUInt32LE(opcode, 4);
+  h.writeBigUInt64LE(BigInt(unique), 8);
+  h.writeBigUInt64LE(BigInt(nodeid), 16);
+  h.writeUInt32LE(1000, 24);
+  h.writeUInt32LE(1001, 28);
+  h.writeUInt32LE(4321, 32);
+  return Buffer.concat([h, body]);
+}
+
+describe('native engine: FUSE protocol codec (mount/fuse-proto)', () => {
+  it('reads the request header and bounds-checks every field', () => {
+    const msg = request(P.Op.LOOKUP, Buffer.from('name\0'), 77, 12345);
+    const h = P.readHeader(msg);
+    assert.deepEqual(h, { len: msg.length, opcode: P.Op.LOOKUP, unique: 12345, nodeid: 77, uid: 1000, gid: 1001, pid: 4321 });
+    const r = new P.Reader(msg);
+    assert.equal(r.name(), 'name');
+    assert.throws(() => r.u32(), P.ProtoError);
+    assert.throws(() => P.readHeader(Buffer.alloc(10)), P.ProtoError);
+    assert.throws(() => new P.Reader(request(P.Op.LOOKUP, Buffer.from('no-nul'))).name(), P.ProtoError);
+  });
+
+  it('writes entry and attr replies in the kernel layout', () => {
+    const e = P.entryOut(99, attr, { entryMs: 1500, attrMs: 250 });
+    assert.equal(e.length, P.ENTRY_OUT_BYTES);
+    assert.equal(e.readBigUInt64LE(0), 99n); // nodeid
+    assert.equal(e.readBigUInt64LE(16), 1n); // entry_valid seconds
+    assert.equal(e.readUInt32LE(32), 500_000_000); // entry_valid_nsec
+    assert.equal(e.readUInt32LE(36), 250_000_000); // attr_valid_nsec
+    const a = 40; // fuse_attr
+    assert.equal(e.readBigUInt64LE(a), 4242n);
+    assert.equal(e.readBigUInt64LE(a + 8), 5000n);
+    assert.equal(e.readBigUInt64LE(a + 16), 10n); // 512-byte blocks
+    assert.equal(e.readBigUInt64LE(a + 32), 1_700_000_000n); // mtime
+    assert.equal(e.readUInt32LE(a + 52), 123_000_000); // mtimensec
+    assert.equal(e.readUInt32LE(a + 60), 0o100644);
+    assert.equal(e.readUInt32LE(a + 68), 7);
+    assert.equal(e.readUInt32LE(a + 72), 8);
+    const o = P.attrOut(attr, { entryMs: 0, attrMs: 1000 });
+    assert.equal(o.length, P.ATTR_OUT_BYTES);
+    assert.equal(o.readBigUInt64LE(0), 1n);
+    assert.equal(o.readBigUInt64LE(16), 4242n);
+    const open = P.openOut(5, P.FOPEN.PASSTHROUGH, 3);
+    assert.deepEqual([open.readBigUInt64LE(0), open.readUInt32LE(8), open.readInt32LE(12)], [5n, 1 << 7, 3]);
+  });
+
+  it('packs directory entries 8-byte aligned, resumes at an offset, and stops at the size', () => {
+    const names = ['.', '..', 'a', 'longer-name'];
+    const all = P.packDirents(names, 0, 4096);
+    assert.equal(all.length, 32 + 32 + 32 + 40);
+    assert.equal(all.readBigUInt64LE(8), 1n); // off of the next entry
+    assert.equal(all.readUInt32LE(96 + 16), 'longer-name'.length);
+    assert.equal(all.toString('utf8', 96 + 24, 96 + 24 + 11), 'longer-name');
+    const rest = P.packDirents(names, 2, 4096);
+    assert.equal(rest.readBigUInt64LE(8), 3n);
+    assert.equal(P.packDirents(names, 0, 70).length, 64, 'only whole entries that fit');
+    assert.equal(P.packDirents(names, 4, 4096).length, 0);
+  });
+});
+
+describe('native engine: node table', () => {
+  it('gives one id per path, counts lookups, and forgets', () => {
+    const t = new NodeTable();
+    const a = t.remember('/kv');
+    assert.equal(t.remember('/kv'), a);
+    assert.equal(t.pathOf(a), '/kv');
+    t.forget(a, 1);
+    assert.equal(t.pathOf(a), '/kv', 'still one lookup left');
+    t.forget(a, 1);
+    assert.throws(() => t.pathOf(a), (e: unknown) => isCascadeError(e, 'ESTALE'));
+    assert.notEqual(t.remember('/kv'), a, 'a forgotten id is never reused');
+    t.forget(1, 100);
+    assert.equal(t.pathOf(1), '/', 'the root is never forgotten');
+  });
+
+  it('a rename moves a subtree; the node it replaced keeps its path (no ENOENT for a racing open)', () => {
+    const t = new NodeTable();
+    const dir = t.remember('/kv/m');
+    const file = t.remember('/kv/m/f');
+    const old = t.remember('/kv/n/f');
+    const tmp = t.remember('/kv/n/f.tmp');
+    t.renamed('/kv/n/f.tmp', '/kv/n/f');
+    assert.equal(t.pathOf(tmp), '/kv/n/f');
+    assert.equal(t.pathOf(old), '/kv/n/f', 'the replaced node still resolves to the name');
+    assert.equal(t.remember('/kv/n/f'), tmp, 'new lookups find the renamed node');
+    t.forget(old, 1);
+    assert.equal(t.idOf('/kv/n/f'), tmp, 'forgetting the replaced node leaves the name alone');
+    t.renamed('/kv/m', '/kv/m2');
+    assert.equal(t.pathOf(dir), '/kv/m2');
+    assert.equal(t.pathOf(file), '/kv/m2/f');
+    assert.equal(t.idOf('/kv/m/f'), undefined);
+    t.removed('/kv/m2/f');
+    assert.equal(t.idOf('/kv/m2/f'), undefined);
+    assert.equal(t.pathOf(file), '/kv/m2/f');
+  });
+
+  it('refuses past its node limit with ENFILE', () => {
+    const t = new NodeTable(3);
+    t.remember('/a');
+    t.remember('/b');
+    assert.throws(() => t.remember('/c'), (e: unknown) => isCascadeError(e, 'ENFILE'));
+  });
+});
+
+describe('native engine: passthrough backing cache', () => {
+  function fakeSession() {
+    const open = new Set<number>();
+    let next = 1;
+    let fills = 0;
+    const s: BackingSession & { open: Set<number>; fills: () => number } = {
+      open,
+      fills: () => fills,
+      openBacking: () => {
+        const id = next++;
+        open.add(id);
+        return id;
+      },
+      closeBacking: (id) => void open.delete(id),
+      writeArenaTo: async (fd, sizeBytes) => {
+        fills++;
+        fs.writeSync(fd, Buffer.alloc(sizeBytes, 1), 0, sizeBytes, 0);
+      },
+    };
+    return s;
+  }
+
+  it('fills once per content, stays within its bound, and never evicts what is in use', async () => {
+    const s = fakeSession();
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-pt-'));
+    try {
+      const c = new BackingCache(s, 3 * MiB, dir);
+      const [a1, a2] = await Promise.all([c.acquire('a', MiB, []), c.acquire('a', MiB, [])]);
+      assert.equal(s.fills(), 1, 'concurrent acquires of one content fill it once');
+      assert.equal(a1!.backingId, a2!.backingId);
+      const b = await c.acquire('b', 2 * MiB, []);
+      assert.equal(c.bytes, 3 * MiB);
+      assert.equal(await c.acquire('c', MiB, []), undefined, 'no room: everything is in use');
+      a1!.release();
+      a2!.release();
+      const cc = await c.acquire('c', MiB, []);
+      assert.ok(cc, 'the unused entry was evicted to make room');
+      assert.equal(c.bytes, 3 * MiB);
+      assert.equal(s.open.size, 2, 'the evicted backing id was closed');
+      assert.equal(await c.acquire('huge', 4 * MiB, []), undefined, 'larger than the bound');
+      assert.deepEqual(fs.readdirSync(dir), [], 'backing files are unlinked at once');
+      b!.release();
+      cc!.release();
+      c.close();
+      assert.equal(s.open.size, 0);
+      assert.equal(c.bytes, 0);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+// ---- real mounts ----
+
+/** stats.json, fresh: the daemon keeps one snapshot for 100 ms (fs/cascade-fs.ts STATS_SNAPSHOT_MS). */
+function stats(mnt: string): { engine: Record<string, unknown> } {
+  spawnSync('sleep', ['0.15']);
+  return JSON.parse(fs.readFileSync(path.join(mnt, '.cascade', 'stats.json'), 'utf8')) as { engine: Record<string, unknown> };
+}
+
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+describe('native engine: real mounts', function () {
+  this.timeout(120_000);
+  let root: string;
+  let daemon: Daemon | undefined;
+
+  before(function () {
+    if (!canMount() || nativeBinding() === undefined) return this.skip();
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-native-engine-'));
+  });
+
+  afterEach(async () => {
+    await daemon?.stop();
+    daemon = undefined;
+  });
+
+  after(() => {
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  async function start(name: string, extra: string[]): Promise<string> {
+    const mnt = path.join(root, name, 'mnt');
+    daemon = new Daemon(mnt, path.join(root, name, 'data'), extra);
+    await daemon.start();
+    fs.mkdirSync(path.join(mnt, 'kv', 'm'), { recursive: true });
+    return mnt;
+  }
+
+  it('--engine native: 1 MiB requests, and reads of DRAM blocks answered in C++ from the arena', async () => {
+    const mnt = await start('served', ['--engine', 'native']);
+    assert.match(daemon!.stderr, /engine native: FUSE 7\.\d+, 1024 KiB requests, reads of DRAM blocks served from the arena/);
+    const data = randomBytes(5 * MiB + 123);
+    fs.writeFileSync(path.join(mnt, 'kv', 'm', 'a'), data);
+    const before = stats(mnt).engine;
+    assert.equal(before.name, 'native');
+    assert.equal(before.maxPages, 256);
+    const dd = spawnSync('dd', [`if=${path.join(mnt, 'kv', 'm', 'a')}`, 'bs=1M', 'status=none'], { maxBuffer: 64 * MiB });
+    assert.equal(dd.status, 0, String(dd.stderr));
+    assert.equal(sha(dd.stdout), sha(data));
+    const after = stats(mnt).engine;
+    const served = (after.servedReads as number) - (before.servedReads as number);
+    const bytes = (after.servedReadBytes as number) - (before.servedReadBytes as number);
+    assert.ok(served >= 6 && served <= 8, `6 reads of up to 1 MiB answered natively, saw ${served}`);
+    assert.equal(bytes, data.length);
+    // A file being written is read through JS (its bytes are staged, not in the arena).
+    const fd = fs.openSync(path.join(mnt, 'kv', 'm', 'w'), 'w+');
+    fs.writeSync(fd, Buffer.from('staged'));
+    const back = Buffer.alloc(6);
+    assert.equal(fs.readSync(fd, back, 0, 6, 0), 6);
+    assert.equal(back.toString(), 'staged');
+    fs.closeSync(fd);
+  });
+
+  it('--passthrough: the kernel reads committed files without the daemon; in-place writes of an open file get EBUSY, rename-replace works', async () => {
+    const mnt = await start('pt', ['--engine', 'native', '--passthrough']);
+    assert.match(daemon!.stderr, /passthrough/);
+    const f = path.join(mnt, 'kv', 'm', 'p');
+    const v1 = randomBytes(3 * MiB);
+    fs.writeFileSync(f, v1);
+    const before = stats(mnt).engine;
+    assert.equal(before.passthrough, true);
+    const fd = fs.openSync(f, 'r');
+    const got = Buffer.alloc(v1.length);
+    assert.equal(fs.readSync(fd, got, 0, got.length, 0), v1.length);
+    assert.ok(got.equals(v1));
+    const mid = stats(mnt).engine;
+    assert.equal(mid.servedReads, before.servedReads, 'no read reached the daemon');
+    assert.ok((mid.forwarded as number) - (before.forwarded as number) < 10, 'only the open and the stats reads were forwarded');
+    assert.equal(mid.passthroughFiles, 1);
+    assert.throws(() => fs.writeFileSync(f, 'overwrite'), (e: NodeJS.ErrnoException) => e.code === 'EBUSY');
+    assert.ok(fs.readFileSync(f).equals(v1), 'the refused write left the file intact');
+    const v2 = randomBytes(2 * MiB);
+    fs.writeFileSync(`${f}.tmp`, v2);
+    fs.renameSync(`${f}.tmp`, f);
+    assert.ok(fs.readFileSync(f).equals(v2), 'new opens read the renamed file');
+    assert.equal(fs.readSync(fd, got, 0, got.length, 0), v1.length);
+    assert.ok(got.equals(v1), 'the open descriptor keeps its version');
+    fs.closeSync(fd);
+    fs.writeFileSync(f, 'now it may be overwritten');
+    assert.equal(fs.readFileSync(f, 'utf8'), 'now it may be overwritten');
+  });
+
+  it('--engine fuse-native is honoured and said; a bad --engine is refused', async () => {
+    const mnt = await start('fn', ['--engine', 'fuse-native']);
+    assert.match(daemon!.stderr, /engine fuse-native: libfuse 2, 128 KiB requests/);
+    fs.writeFileSync(path.join(mnt, 'kv', 'm', 'x'), 'x');
+    assert.equal(stats(mnt).engine.name, 'fuse-native');
+    await daemon!.stop();
+    daemon = undefined;
+    const r = spawnSync(process.execPath, [CLI, 'mount', path.join(root, 'bad'), '--engine', 'kernel'], { encoding: 'utf8' });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr, /engine.*(auto|Choices)/i);
+  });
+});
