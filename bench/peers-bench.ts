@@ -2,9 +2,13 @@
  * The side-by-side benchmark (`npm run bench`): Cascade through its mount against real peers, started
  * and stopped by the benchmark itself: raw tmpfs (the physical limit of this box) and a disk directory
  * (the limit for cold reads), bindfs (C FUSE, same libfuse2), Redis (redis-server + ioredis over
- * loopback) and HDF5 through h5py. Workloads: hot reads, cold reads, unique writes, duplicate writes,
- * 4 concurrent readers, capacity overflow and metadata, at 2, 64 and 256 MiB blocks (--quick: 2 and
- * 64 MiB). Trials are data (`trialTable`); each runs in a fresh process (dist/bench/peers-trial.js).
+ * loopback) and HDF5 through h5py. Cascade runs as three rows: its mount with the native engine
+ * (`cascade`), the same mount with the previous fuse-native engine (`cascade-fuse-native`), and reads
+ * through its same-node client (`cascade-client`). Workloads: hot reads (also as blocks/s), cold reads,
+ * unique writes, duplicate writes, 4 concurrent readers, capacity overflow, metadata, at 2, 64 and
+ * 256 MiB blocks (--quick: 2 and 64 MiB), and rename-race (4 readers opening a 2 MiB file that a writer
+ * keeps replacing by rename). Trials are data (`trialTable`); each runs in a fresh process
+ * (dist/bench/peers-trial.js).
  * This file computes the statistics and ratios, writes bench/results/<date>-<host>.json, a markdown
  * report (stdout and <date>-<host>.md) and a chart (<date>-<host>.svg).
  *
@@ -71,6 +75,10 @@ const CAPACITY_FACTOR = 4;
  * beside everything else in this box's 24 GiB, so dup-write stops at this block size.
  */
 const DUP_MAX_BLOCK_BYTES = 64 * MiB;
+/** rename-race: one file of this size (a KV block; 2+ read calls per open, so a mixed read can show). */
+const RENAME_RACE_BYTES = 2 * MiB;
+/** The hot-read goal for a Cascade row: 2 MiB blocks (open, whole read, close) per second. */
+const GOAL_BLOCKS_PER_S = 8000;
 
 interface Sizing {
   blockSizes: number[];
@@ -83,6 +91,9 @@ interface Sizing {
   capacityMemoryBytes: number[];
   metaBlocks: number;
   openCloseIterations: number;
+  /** rename-race: counted runs, and opens per run (all readers together). */
+  renameRaceRuns: number;
+  renameRaceOpens: number;
 }
 
 const SIZING_FULL: Sizing = {
@@ -94,6 +105,8 @@ const SIZING_FULL: Sizing = {
   capacityMemoryBytes: [256 * MiB, 512 * MiB, 1024 * MiB],
   metaBlocks: 2000,
   openCloseIterations: 10_000,
+  renameRaceRuns: 5,
+  renameRaceOpens: 20_000, // 100,000 counted opens
 };
 
 const SIZING_QUICK: Sizing = {
@@ -105,6 +118,8 @@ const SIZING_QUICK: Sizing = {
   capacityMemoryBytes: [128 * MiB, 256 * MiB],
   metaBlocks: 300,
   openCloseIterations: 3_000,
+  renameRaceRuns: 5,
+  renameRaceOpens: 2_000, // 10,000 counted opens
 };
 
 /** What a trial is given (less its scratch dir), and its name: `<workload> <size> <system>`. */
@@ -162,6 +177,7 @@ function trialTable(options: Options): { trials: TrialSpec[]; notRun: NotRun[] }
         add('capacity', b, { runs: z.runs.capacity, blocks: (CAPACITY_FACTOR * z.capacityMemoryBytes[i]) / b, memoryBytes: z.capacityMemoryBytes[i] }),
       ),
     meta: () => add('meta', 0, { runs: z.runs.meta, blocks: z.metaBlocks, iterations: z.openCloseIterations }),
+    'rename-race': () => add('rename-race', RENAME_RACE_BYTES, { runs: z.renameRaceRuns, blocks: 1, readers: READERS, iterations: z.renameRaceOpens }),
   };
   for (const w of WORKLOADS) workloadTrials[w]();
   if (options.filter === undefined) return { trials, notRun };
@@ -237,7 +253,7 @@ function environment(): Environment {
 function preflight(trials: TrialSpec[]): void {
   const uses = (s: SystemName) => trials.some((t) => t.system === s);
   const missing = (cmd: string, args: string[]) => spawnSync(cmd, args, { stdio: 'ignore' }).error !== undefined;
-  const problems = mountPreflightProblems(uses('cascade'));
+  const problems = mountPreflightProblems(trials.some((t) => systemSpec(t.system).role === 'cascade'));
   if (missing('fincore', ['--version'])) problems.push('fincore missing: apt-get install util-linux');
   if (uses('bindfs') && missing('bindfs', ['--version'])) problems.push('bindfs missing: apt-get install bindfs (or bash scripts/bench-peers.sh; never fuse3)');
   if (uses('redis') && missing('redis-server', ['--version'])) problems.push('redis-server missing: apt-get install redis-server (or bash scripts/bench-peers.sh)');
@@ -368,7 +384,10 @@ function markdown(
   lines.push(
     'Medians of the counted runs (after 1 warm-up), with min-max. GB/s = 1e9 bytes/s. `x limit` = median / median of the limit ' +
       '(tmpfs; the disk for cold reads); `x best peer` = median / the best median among bindfs, Redis and h5py for the same figure (named). ' +
-      'Hot = in memory (page cache, tmpfs, Redis, Cascade DRAM); cold = page cache of every backing file dropped, system restarted.',
+      'Hot = in memory (page cache, tmpfs, Redis, Cascade DRAM); cold = page cache of every backing file dropped, system restarted. ' +
+      'Cascade rows (each with its own ratios): `cascade` = the mount, native engine; `cascade-fuse-native` = the same mount, fuse-native engine; ' +
+      '`cascade-client` = reads through the same-node client (LocalClient: open + copy out of the shared arena + release), writes through the mount. ' +
+      '`blocks/s` = the same runs as `read`, one block (open, whole read, close) per run.',
   );
   lines.push('');
   lines.push('| workload | size | figure | system | runs | median | min-max | unit | x limit | x best peer |');
@@ -385,6 +404,9 @@ function markdown(
       lines.push(`| ${n.workload} | ${sizeLabel(n.blockBytes)} | - | ${n.system} | - | n/a | - | - | - | ${n.reason} |`);
       continue;
     }
+    const na = Object.entries(systemSpec(r!.system).figuresNotApplicable ?? {}).filter(
+      ([fig]) => r!.workload === 'meta' && !r!.figures.some((f) => f.figure === fig),
+    );
     for (const f of r!.figures) {
       const self = (s: SystemName | null) => s === r!.system;
       lines.push(
@@ -393,6 +415,7 @@ function markdown(
           `${self(f.bestPeer) ? '1.00x (best)' : f.xBestPeer === null ? '-' : `${fx(f.xBestPeer)} (${String(f.bestPeer)})`} |`,
       );
     }
+    for (const [fig, reason] of na) lines.push(`| ${r!.workload} | ${sizeLabel(r!.blockBytes)} | ${fig} | ${r!.system} | - | n/a | - | - | - | ${reason} |`);
   }
   const dup = reports.filter((r) => r.workload === 'dup-write');
   if (dup.length > 0) {
@@ -424,6 +447,42 @@ function markdown(
         `| ${sizeLabel(r.blockBytes)} | ${r.system} | ${fBytes(num(c.memoryBytes) ?? 0)} | ${fBytes(num(c.dataBytes) ?? 0)} | ` +
           `${f2(num(c.percentRetainedInMemory) ?? 0)}% (${String(c.inMemoryAfterWrite)}/${String(c.blocksWritten)}) | ${f2(num(c.percentReadable) ?? 0)}% | ${String(c.refusedWrites ?? 0)} | ` +
           `${rd ? fRate('GB/s', rd.rate.median) : '-'} | ${wr ? fRate('GB/s', wr.rate.median) : '-'} |`,
+      );
+    }
+  }
+  const race = reports.filter((r) => r.workload === 'rename-race');
+  if (race.length > 0) {
+    const c0 = race[0].checks;
+    lines.push('');
+    lines.push(
+      `Rename race: ${String(c0.readers)} concurrent readers (threads) open + read whole (1 MiB calls) + close \`kv/bench/hot.bin\` (${sizeLabel(race[0].blockBytes)}), ` +
+        `${Number(c0.opensPerRun).toLocaleString('en-US')} opens per run, while a writer writes \`hot.bin.tmp\` with two distinct contents alternately and renames it over \`hot.bin\`. ` +
+        'Every read is compared byte for byte with both versions: a wrong read is short (other length) or mixed (neither version). Counts over the counted runs.',
+    );
+    lines.push('');
+    lines.push('| system | opens | opens/s (median) | ENOENT | wrong content (short + mixed) | other errors | reads of A / B | renames |');
+    lines.push('|---|---:|---:|---:|---:|---:|---:|---:|');
+    for (const r of race) {
+      const c = r.checks;
+      const f = r.figures[0];
+      const n = (v: CheckValue | undefined) => (num(v) ?? 0).toLocaleString('en-US');
+      lines.push(
+        `| ${r.system} | ${n(c.opens)} | ${f ? fRate(f.unit, f.rate.median) : '-'} | ${n(c.enoent)} | ${n(c.wrongContent)} (${n(c.shortReads)} + ${n(c.mixedReads)}) | ` +
+          `${n(c.otherErrors)}${typeof c.firstError === 'string' ? ` (first: ${c.firstError.replace(/\|/g, '/').slice(0, 120)})` : ''} | ${n(c.readsOfA)} / ${n(c.readsOfB)} | ${n(c.renames)} |`,
+      );
+    }
+  }
+  const goal = reports.filter((r) => r.role === 'cascade' && r.workload === 'hot-read' && r.blockBytes === 2 * MiB);
+  if (goal.length > 0) {
+    lines.push('');
+    lines.push('| goal | trial | measured (median) | target | result |');
+    lines.push('|---|---|---:|---:|---|');
+    for (const r of goal) {
+      const f = r.figures.find((x) => x.figure === 'blocks/s');
+      if (!f) continue;
+      lines.push(
+        `| >= ${GOAL_BLOCKS_PER_S.toLocaleString('en-US')} hot 2 MiB blocks/s | ${r.name} | ${fRate(f.unit, f.rate.median)} | ${GOAL_BLOCKS_PER_S.toLocaleString('en-US')} | ` +
+          `${f.rate.median >= GOAL_BLOCKS_PER_S ? 'PASS' : 'FAIL'} |`,
       );
     }
   }
@@ -565,7 +624,7 @@ async function main(): Promise<void> {
       capacityFactor: CAPACITY_FACTOR,
       metaFileBytes: META_FILE_BYTES,
       metaOpenFiles: META_OPEN_FILES,
-      systems: SYSTEMS.map((s) => ({ name: s.name, role: s.role, what: s.what, notApplicable: s.notApplicable })),
+      systems: SYSTEMS.map((s) => ({ name: s.name, role: s.role, what: s.what, notApplicable: s.notApplicable, figuresNotApplicable: s.figuresNotApplicable ?? {} })),
       trials,
     },
     trials: reports,

@@ -7,14 +7,14 @@ import { isCount, isOneOf, isRateFigure, isRecord, parseChecks, type RateFigureS
 
 export type { CheckValue, FigureUnit } from './common';
 
-export const WORKLOADS = ['hot-read', 'cold-read', 'write', 'dup-write', 'contention', 'capacity', 'meta'] as const;
+export const WORKLOADS = ['hot-read', 'cold-read', 'write', 'dup-write', 'contention', 'capacity', 'meta', 'rename-race'] as const;
 export type Workload = (typeof WORKLOADS)[number];
 
 /**
  * Every system the benchmark knows. The list and each system's role, description and workloads are in
  * peers-systems.ts (`SYSTEMS`, one entry per system); a new system is a name here and an entry there.
  */
-export const SYSTEM_NAMES = ['tmpfs', 'disk', 'bindfs', 'redis', 'h5py', 'cascade'] as const;
+export const SYSTEM_NAMES = ['tmpfs', 'disk', 'bindfs', 'redis', 'h5py', 'cascade', 'cascade-passthrough', 'cascade-fuse-native', 'cascade-client'] as const;
 export type SystemName = (typeof SYSTEM_NAMES)[number];
 
 export interface PeerTrialArgs {
@@ -29,9 +29,12 @@ export interface PeerTrialArgs {
    * capacity, names of dup-write, files of meta.
    */
   blocks: number;
-  /** contention: concurrent readers; 1 elsewhere. */
+  /** contention, rename-race: concurrent readers; 1 elsewhere. */
   readers: number;
-  /** contention: passes over the prefix blocks per reader per run; meta: open+close per run; else 0. */
+  /**
+   * contention: passes over the prefix blocks per reader per run; meta: open+close per run;
+   * rename-race: opens per run (all readers together); else 0.
+   */
   iterations: number;
   /** capacity: the memory given to the system (Cascade --dram, Redis maxmemory); 0 elsewhere. */
   memoryBytes: number;

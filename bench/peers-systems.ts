@@ -4,7 +4,8 @@
  * and why, and how a trial opens it). Every peer is real and is started and stopped here, inside the
  * trial process: a private tmpfs, a directory on the disk, bindfs (C FUSE, libfuse2) over either, a
  * redis-server on a free loopback port driven by ioredis, h5py in a python3 child process, and Cascade
- * mounted by `node dist/mount/cli.js mount` as a child.
+ * mounted by `node dist/mount/cli.js mount` as a child: with each of its two FUSE engines (named
+ * explicitly, never `auto`), and with reads through its same-node client (mount/local-client.ts).
  *
  * Everything a trial makes lives under its scratch directory (trialLayout), and every daemon's pid goes
  * into the layout's pid file, so the driver can sweep after a crash.
@@ -15,6 +16,7 @@ import * as net from 'node:net';
 import * as path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { Redis } from 'ioredis';
+import type { LocalClient } from '../mount/local-client';
 import { MiB } from '../store/constants';
 import { clockMs, dropPageCache, FUSE_CACHE_EXPIRY_MS, readTarget, readWhole, residentBytes, sha256Hex, writeWhole } from './common';
 import {
@@ -29,7 +31,7 @@ import {
   type TrialLayout,
 } from './mount-systems';
 import type { CheckValue, PeerTrialArgs, SystemName, Workload } from './peers-protocol';
-import type { ReaderJob, ReaderReport } from './peers-reader';
+import type { RaceReport, ReaderJob, ReaderReport } from './peers-reader';
 
 // ---- the interface --------------------------------------------------------------------------------
 
@@ -54,6 +56,23 @@ export interface StoredBytes {
   /** Bytes on the disk (Cascade's segment files), 0 where none. */
   diskBytes: number;
   how: string;
+}
+
+/** One run of the rename-race workload, summed over the readers. */
+export interface RenameRaceResult {
+  /** From the first reader's start to the last reader's end. */
+  timeMs: number;
+  /** Attempted opens (ENOENT included). */
+  opens: number;
+  enoent: number;
+  short: number;
+  mixed: number;
+  readsOfA: number;
+  readsOfB: number;
+  otherErrors: number;
+  firstError: string | null;
+  /** Write of hot.bin.tmp + rename over hot.bin, done by the writer while the readers ran. */
+  renames: number;
 }
 
 export interface Residency {
@@ -82,10 +101,16 @@ export interface PeerSystem {
   openClose(keys: string[], iterations: number): Promise<number | null>;
   /** Untimed: lets every metadata cache in front of the system expire (FUSE: 1 s; h5py: reopen the file). */
   expireMetadataCaches(): Promise<void>;
-  /** The size of every key, timed as one pass. */
-  statAll(keys: string[], sizeBytes: number): Promise<{ timeMs: number; ok: boolean }>;
+  /** The size of every key, timed as one pass; null where the system has no such operation. */
+  statAll(keys: string[], sizeBytes: number): Promise<{ timeMs: number; ok: boolean } | null>;
   /** `readers` concurrent readers, each reading every key `rounds` times. */
   concurrentRead(keys: string[], sizeBytes: number, readers: number, rounds: number, expectSha256: string): Promise<ConcurrentReadResult>;
+  /**
+   * rename-race: `readers` concurrent readers make `opens` open + whole read + close of kv/bench/hot.bin
+   * in all, while a writer writes kv/bench/hot.bin.tmp (versions[0] and [1] alternately) and renames it
+   * over hot.bin. The first call creates hot.bin (untimed).
+   */
+  renameRace(versions: [Buffer, Buffer], readers: number, opens: number): Promise<RenameRaceResult>;
   /** Where the blocks are now (capacity). */
   residency(keys: string[]): Promise<Residency>;
   /** Counters at the end (Cascade: store stats). */
@@ -111,6 +136,8 @@ export interface SystemSpec {
   what: string;
   /** Workloads this system does not take part in, each with the reason (reported as such, never as a figure). */
   notApplicable: Partial<Record<Workload, string>>;
+  /** Figures of a workload it takes part in that it has no operation for (`meta`: 'open+close', 'stat-uncached'), with the reason. */
+  figuresNotApplicable?: Record<string, string>;
   open(ctx: SystemContext): Promise<PeerSystem>;
 }
 
@@ -154,22 +181,93 @@ function targetFor(sizeBytes: number): Buffer {
   return t;
 }
 
-/** Runs `jobs` as worker threads (peers-reader.js); starts them together once all are ready. */
-async function workerReaders(jobs: ReaderJob[], expectSha256: string): Promise<ConcurrentReadResult> {
+/**
+ * Runs `jobs` as worker threads (peers-reader.js); starts them together once all are ready, then runs
+ * `during` (synchronously, on this thread: the rename-race writer) and collects every report.
+ */
+async function runWorkers<R>(jobs: ReaderJob[], during?: () => void): Promise<R[]> {
   const workers = jobs.map((job) => new Worker(READER_SCRIPT, { workerData: job }));
   try {
     const failed = new Promise<never>((_, reject) => {
       for (const w of workers) w.once('error', reject);
     });
+    failed.catch(() => undefined); // raced below; never an unhandled rejection
     const ready = workers.map((w) => new Promise<void>((resolve) => w.once('message', () => resolve())));
     await Promise.race([Promise.all(ready), failed]);
-    const reports = workers.map((w) => new Promise<ReaderReport>((resolve) => w.once('message', (m: ReaderReport) => resolve(m))));
+    const reports = workers.map((w) => new Promise<R>((resolve) => w.once('message', (m: R) => resolve(m))));
     for (const w of workers) w.postMessage('go');
-    const done = await Promise.race([Promise.all(reports), failed]);
-    return aggregate(done.map((r) => ({ startNs: BigInt(r.startNs), endNs: BigInt(r.endNs), bytes: r.bytes, lastSha256: r.lastSha256 })), expectSha256);
+    during?.();
+    return await Promise.race([Promise.all(reports), failed]);
   } finally {
     await Promise.all(workers.map((w) => w.terminate()));
   }
+}
+
+async function workerReaders(jobs: ReaderJob[], expectSha256: string): Promise<ConcurrentReadResult> {
+  const done = await runWorkers<ReaderReport>(jobs);
+  return aggregate(done.map((r) => ({ startNs: BigInt(r.startNs), endNs: BigInt(r.endNs), bytes: r.bytes, lastSha256: r.lastSha256 })), expectSha256);
+}
+
+/** The rename-race writer gives up after this long even if a reader never reported done (it always does). */
+const RENAME_RACE_WRITER_LIMIT_MS = 10 * 60 * 1000;
+
+/**
+ * rename-race on a directory: `readers` worker threads open + read + close `hot` while this thread
+ * writes `hot`.tmp with the two versions alternately (create + 1 MiB writes + close) and renames it
+ * over `hot`, until every reader is done.
+ */
+async function renameRaceOn(dir: string, versions: [Buffer, Buffer], readers: number, opens: number): Promise<RenameRaceResult> {
+  const hot = path.join(dir, 'hot.bin');
+  const tmp = path.join(dir, 'hot.bin.tmp');
+  if (!fs.existsSync(hot)) {
+    writeWhole(tmp, versions[0]);
+    fs.renameSync(tmp, hot);
+  }
+  const current = fs.readFileSync(hot); // untimed
+  const doneBuffer = new SharedArrayBuffer(4);
+  const done = new Int32Array(doneBuffer);
+  const perReader = Array.from({ length: readers }, (_, i) => Math.floor(opens / readers) + (i < opens % readers ? 1 : 0));
+  const versionBytes = versions.map((v) => new Uint8Array(v.buffer, v.byteOffset, v.byteLength)) as [Uint8Array, Uint8Array];
+  let renames = 0;
+  let writerError: unknown;
+  const reports = await runWorkers<RaceReport>(
+    perReader.map((n) => ({ kind: 'rename-race' as const, items: [hot], port: 0, sizeBytes: versions[0].length, rounds: 0, opens: n, versions: versionBytes, done: doneBuffer })),
+    () => {
+      const deadline = clockMs() + RENAME_RACE_WRITER_LIMIT_MS;
+      let next = current.equals(versions[0]) ? 1 : 0; // alternate from whichever version is there
+      try {
+        while (Atomics.load(done, 0) < readers) {
+          if (clockMs() > deadline) throw new Error(`the readers did not finish in ${RENAME_RACE_WRITER_LIMIT_MS} ms`);
+          writeWhole(tmp, versions[next]);
+          fs.renameSync(tmp, hot);
+          renames++;
+          next ^= 1;
+        }
+      } catch (e) {
+        writerError = e;
+      }
+    },
+  );
+  if (writerError !== undefined) throw writerError instanceof Error ? writerError : new Error(String(writerError));
+  let start = BigInt(reports[0].startNs);
+  let end = BigInt(reports[0].endNs);
+  for (const r of reports) {
+    if (BigInt(r.startNs) < start) start = BigInt(r.startNs);
+    if (BigInt(r.endNs) > end) end = BigInt(r.endNs);
+  }
+  const sum = (k: 'opens' | 'enoent' | 'short' | 'mixed' | 'readsOfA' | 'readsOfB' | 'otherErrors') => reports.reduce((a, r) => a + r[k], 0);
+  return {
+    timeMs: Number(end - start) / 1e6,
+    opens: sum('opens'),
+    enoent: sum('enoent'),
+    short: sum('short'),
+    mixed: sum('mixed'),
+    readsOfA: sum('readsOfA'),
+    readsOfB: sum('readsOfB'),
+    otherErrors: sum('otherErrors'),
+    firstError: reports.find((r) => r.firstError !== null)?.firstError ?? null,
+    renames,
+  };
 }
 
 function aggregate(reports: { startNs: bigint; endNs: bigint; bytes: number; lastSha256: string }[], expectSha256: string): ConcurrentReadResult {
@@ -194,6 +292,13 @@ interface FileSystemHooks {
   fuse: boolean;
   /** Files whose page cache a cold read of `file` could come from (besides `file` itself). */
   backingFiles(file: string): string[];
+  /**
+   * Whether dropCache also drops `file` itself through the mount (an open of it there; default true).
+   * False for Cascade with direct I/O: the mount keeps no page cache of the file, and an open through
+   * it loads the block into DRAM (the native engine holds every read-only open's version), which would
+   * make the timed read a hot one.
+   */
+  dropThroughMount?: boolean;
   settle?(contentBytes: number): Promise<number>;
   /** Empties the system's own memory (Cascade: restart; bindfs: remount). */
   restart?(): Promise<void>;
@@ -234,15 +339,19 @@ function fileSystem(h: FileSystemHooks): PeerSystem {
       await h.restart?.();
     },
     dropCache(key) {
-      const backing = [...h.backingFiles(file(key)), file(key)];
-      let max: number | null = 0;
+      const f = file(key);
+      const backing = h.backingFiles(f);
+      // The file itself first: an open of it through a FUSE mount may read its backing files.
+      if (h.dropThroughMount !== false) dropPageCache(f);
       for (const b of backing) dropPageCache(b);
-      for (const b of backing.slice(0, -1)) {
+      if (!h.fuse) return { backingFiles: 1, residentBytes: residentBytes(f) };
+      // Through a FUSE mount the residency that counts is the backing files' (the mount's own is its page cache).
+      let max: number | null = 0;
+      for (const b of backing) {
         const r = residentBytes(b);
         max = r === null || max === null ? null : Math.max(max, r);
       }
-      // Through a FUSE mount the file itself is dropped too; its residency is the mount's page cache.
-      return { backingFiles: backing.length - 1 || 1, residentBytes: h.fuse ? max : residentBytes(file(key)) };
+      return { backingFiles: backing.length, residentBytes: max };
     },
     bytesStored: () => h.bytesStored(),
     async openClose(keys, iterations) {
@@ -266,6 +375,7 @@ function fileSystem(h: FileSystemHooks): PeerSystem {
         Array.from({ length: readers }, () => ({ kind: 'file' as const, items: keys.map(file), port: 0, sizeBytes, rounds })),
         expectSha256,
       ),
+    renameRace: (versions, readers, opens) => renameRaceOn(h.workDir, versions, readers, opens),
     residency: (keys) => (h.residency ? h.residency(keys.map(file)) : Promise.resolve({ inMemory: keys.length, elsewhere: 0, missing: 0 })),
     stats: () => (h.stats ? h.stats() : Promise.resolve({})),
     facts: () => h.facts(),
@@ -334,6 +444,8 @@ function cascadeWorkingSetBytes(args: PeerTrialArgs): number {
       return block;
     case 'capacity':
       return args.memoryBytes;
+    case 'rename-race':
+      return 3 * block; // the two versions and the one being written
   }
 }
 
@@ -348,25 +460,78 @@ function cascadeTiers(files: string[]): string[] {
   return JSON.parse(r.stdout) as string[];
 }
 
+/** Cascade's FUSE engines (`cascade mount --engine`); the benchmark names one, never `auto`. */
+export type CascadeEngine = 'native' | 'fuse-native';
+
+export interface CascadeVariant {
+  /** Passed as CASCADE_ENGINE (the CLI's --engine default): the mount fails rather than fall back. */
+  engine: CascadeEngine;
+  /** Reads (and open+close) through the same-node client (LocalClient) instead of the mount. */
+  client?: boolean;
+  /** More variables for the daemon (e.g. CASCADE_NATIVE=0). */
+  env?: Record<string, string>;
+  kernelCache?: boolean;
+}
+
+function logText(logFile: string): string {
+  try {
+    return fs.readFileSync(logFile, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** The engine the daemon says it mounted with: `cascade: mounted MNT (engine DESCRIPTION, data ...)`, the last one. */
+function mountedEngine(logFile: string): string | null {
+  const text = logText(logFile);
+  const all = [...text.matchAll(/^cascade: mounted .* \(engine (.*), data /gm)];
+  return all.length > 0 ? all[all.length - 1][1] : null;
+}
+
 /**
- * Cascade through its FUSE mount (direct I/O, the default). `variant` is for later entries (a daemon
- * without the native addon: env CASCADE_NATIVE=0) so that each is one line in SYSTEMS.
+ * Cascade through its FUSE mount (direct I/O, the default), with the engine named in `variant` (the
+ * daemon's log must confirm it: no silent fallback). With `variant.client`, every read (hot, cold,
+ * contention, capacity) and open+close goes through the same-node client instead: LocalClient.read =
+ * open by path (a request on the daemon's socket: a disk block is promoted into DRAM first) + copy of
+ * the block's views out of the shared arena into a reused, pre-touched buffer + release, all timed;
+ * writes, settling, restarts and tiers go through the mount.
  */
-async function openCascadeMount(ctx: SystemContext, variant: { env?: Record<string, string>; kernelCache?: boolean } = {}): Promise<PeerSystem> {
+async function openCascadeMount(ctx: SystemContext, variant: CascadeVariant): Promise<PeerSystem> {
   const { args, layout } = ctx;
   const dramBytes = args.workload === 'capacity' ? args.memoryBytes : cascadeDramBytes(cascadeWorkingSetBytes(args));
   const cli = path.join(__dirname, '..', 'mount', 'cli.js');
   if (!fs.existsSync(cli)) throw new Error(`${cli} is missing: build first (npm run build)`);
-  const daemon = new CascadeDaemon(layout, { cliPath: cli, kernelCache: variant.kernelCache ?? false, dramBytes, env: variant.env });
-  await daemon.start();
-  return fileSystem({
+  const env = { ...variant.env, CASCADE_ENGINE: variant.engine };
+  const daemon = new CascadeDaemon(layout, { cliPath: cli, kernelCache: variant.kernelCache ?? false, dramBytes, env });
+  const start = async () => {
+    await daemon.start();
+    const engine = mountedEngine(layout.logFile);
+    if (engine === null || !engine.startsWith(`${variant.engine}:`)) {
+      throw new Error(`cascade was asked for the ${variant.engine} engine but mounted with ${String(engine)}; log:\n${logText(layout.logFile).slice(-2000)}`);
+    }
+  };
+  try {
+    await start();
+  } catch (e) {
+    await daemon.stop().catch(() => undefined);
+    throw e;
+  }
+  let client: LocalClient | undefined;
+  const dropClient = async () => {
+    const c = client;
+    client = undefined;
+    await c?.close();
+  };
+  const sys = fileSystem({
     workDir: benchDirUnder(layout.mountDir),
     fuse: true,
     backingFiles: () => daemon.segmentFiles(),
+    dropThroughMount: variant.kernelCache === true,
     settle: (contentBytes) => daemon.settle(contentBytes),
     async restart() {
+      await dropClient(); // the client's connection and mapping belong to the daemon being stopped
       await daemon.stop();
-      await daemon.start();
+      await start();
     },
     async bytesStored() {
       const s = await daemon.freshStats();
@@ -381,10 +546,57 @@ async function openCascadeMount(ctx: SystemContext, variant: { env?: Record<stri
       return { inMemory, elsewhere: tiers.length - inMemory, missing: 0 };
     },
     stats: () => daemon.freshStats(),
-    facts: () => ({ backing: 'Cascade FUSE mount (direct I/O), data dir on the disk', ...daemon.facts() }),
-    close: () => daemon.stop(),
-    closeNowSync: () => daemon.stopNowSync(),
+    facts: () => ({
+      backing: `Cascade FUSE mount (${variant.engine} engine, direct I/O), data dir on the disk${variant.client ? '; reads through the same-node client (LocalClient)' : ''}`,
+      cascadeEngine: mountedEngine(layout.logFile),
+      ...daemon.facts(),
+    }),
+    async close() {
+      await dropClient();
+      await daemon.stop();
+    },
+    closeNowSync() {
+      void client?.close();
+      daemon.stopNowSync();
+    },
   });
+  if (!variant.client) return sys;
+
+  const { LocalClient: Client } = await import('../mount/local-client');
+  /** Connected before any timed region (and again after a restart). */
+  const connected = async () => (client ??= await Client.connect(layout.mountDir));
+  const rel = (key: string) => `kv/bench/${key}.bin`;
+  await connected().catch(async (e: unknown) => {
+    await sys.close();
+    throw e;
+  });
+  return {
+    ...sys,
+    async read(key, sizeBytes) {
+      const c = await connected();
+      const target = targetFor(sizeBytes);
+      const t0 = clockMs();
+      const out = await c.read(rel(key), target);
+      const timeMs = clockMs() - t0;
+      return { timeMs, bytes: out.length, sha256: sha256Hex(out) };
+    },
+    async openClose(keys, iterations) {
+      const c = await connected();
+      const names = keys.map(rel);
+      const t0 = clockMs();
+      for (let i = 0; i < iterations; i++) await (await c.open(names[i % names.length])).release();
+      return clockMs() - t0;
+    },
+    statAll: async () => null,
+    concurrentRead: (keys, sizeBytes, readers, rounds, expectSha256) =>
+      workerReaders(
+        Array.from({ length: readers }, () => ({ kind: 'cascade-client' as const, items: keys.map(rel), port: 0, sizeBytes, rounds, mountpoint: layout.mountDir })),
+        expectSha256,
+      ),
+    renameRace: async () => {
+      throw new Error(`cascade-client: ${CLIENT_NO_RENAME_RACE}`);
+    },
+  };
 }
 
 // ---- Redis ----------------------------------------------------------------------------------------
@@ -495,6 +707,9 @@ async function openRedis(ctx: SystemContext): Promise<PeerSystem> {
     },
     concurrentRead: (keys, sizeBytes, readers, rounds, expectSha256) =>
       workerReaders(Array.from({ length: readers }, () => ({ kind: 'redis' as const, items: keys, port, sizeBytes, rounds })), expectSha256),
+    renameRace: async () => {
+      throw new Error(`redis: ${NO_FILES}`);
+    },
     async residency(keys) {
       let present = 0;
       for (const k of keys) present += await redis.exists(k);
@@ -687,6 +902,9 @@ async function openH5py(ctx: SystemContext): Promise<PeerSystem> {
         await py.call({ op: 'open', path: file, mode: 'a' });
       }
     },
+    renameRace: async () => {
+      throw new Error(`h5py: ${NO_FILE_RENAME}`);
+    },
     residency: async (keys) => ({ inMemory: keys.length, elsewhere: 0, missing: 0 }),
     stats: async () => ({}),
     facts: () => ({
@@ -703,12 +921,20 @@ async function openH5py(ctx: SystemContext): Promise<PeerSystem> {
 // ---- the list -------------------------------------------------------------------------------------
 
 const MEMORY_ONLY = 'memory only: no cold state (nothing on disk to read back)';
+const NO_FILES = 'no files: nothing to open while another name is renamed over it (a GET of a key replaced by RENAME is atomic by construction)';
+const NO_FILE_RENAME = 'no file rename: the peer is one .h5 file open in one process; its datasets are not opened by path by other processes';
 const NO_EVICTION = 'no eviction: everything written stays in memory until it runs out (no capacity notion to compare)';
 
+const CLIENT_NO_RENAME_RACE =
+  'the race measured is open(2) through a file system against rename(2) in it; the client does not open files (it asks the daemon for the current version by path)';
+const CLIENT_ONLY_READS = 'the client only reads: writes go through the mount, which is the `cascade` row';
+const CASCADE_DIRECT = 'direct I/O, data dir on the disk';
+
 /**
- * Every system, in table order. Adding one (e.g. `cascade-client`, or `cascade-noaddon` opening
- * `openCascadeMount(ctx, { env: { CASCADE_NATIVE: '0' } })`) is one entry here and its name in
- * SYSTEM_NAMES.
+ * Every system, in table order. Adding one (e.g. `cascade-noaddon` opening
+ * `openCascadeMount(ctx, { engine: 'native', env: { CASCADE_NATIVE: '0' } })`) is one entry here and
+ * its name in SYSTEM_NAMES. Every Cascade row has role `cascade`: each gets its own ratios to the limit
+ * and to the best peer.
  */
 export const SYSTEMS: SystemSpec[] = [
   {
@@ -729,6 +955,7 @@ export const SYSTEMS: SystemSpec[] = [
       contention: 'a hot disk file is a page-cache read: the tmpfs row',
       capacity: NO_EVICTION,
       meta: 'as tmpfs',
+      'rename-race': 'open, read and rename of a hot file are page-cache operations: the tmpfs row',
     },
     open: openDisk,
   },
@@ -743,22 +970,48 @@ export const SYSTEMS: SystemSpec[] = [
     name: 'redis',
     role: 'peer',
     what: "redis-server on a loopback port (--save '' --appendonly no), ioredis over TCP, one value per block",
-    notApplicable: { 'cold-read': MEMORY_ONLY },
+    notApplicable: { 'cold-read': MEMORY_ONLY, 'rename-race': NO_FILES },
+    figuresNotApplicable: { 'open+close': 'Redis has no open/close' },
     open: openRedis,
   },
   {
     name: 'h5py',
     role: 'peer',
     what: 'h5py in a python3 child: one .h5 file (on a private tmpfs; on the disk for cold reads), one dataset per block',
-    notApplicable: { capacity: NO_EVICTION },
+    notApplicable: { capacity: NO_EVICTION, 'rename-race': NO_FILE_RENAME },
     open: openH5py,
   },
   {
     name: 'cascade',
     role: 'cascade',
-    what: 'Cascade mounted with `cascade mount` (fuse-native, direct I/O), data dir on the disk',
+    what: `Cascade mounted with \`cascade mount\`, native engine (CASCADE_ENGINE=native: C++ FUSE on /dev/fuse, 1 MiB requests, DRAM-held blocks read from shared memory without JS), ${CASCADE_DIRECT}`,
     notApplicable: {},
-    open: (ctx) => openCascadeMount(ctx),
+    open: (ctx) => openCascadeMount(ctx, { engine: 'native' }),
+  },
+  {
+    name: 'cascade-passthrough',
+    role: 'cascade',
+    what: `the native-engine mount with --passthrough (CASCADE_PASSTHROUGH=1): read-only opens of committed files get a shared-memory backing file the kernel reads without the daemon, ${CASCADE_DIRECT}`,
+    notApplicable: {},
+    open: (ctx) => openCascadeMount(ctx, { engine: 'native', env: { CASCADE_PASSTHROUGH: '1' } }),
+  },
+  {
+    name: 'cascade-fuse-native',
+    role: 'cascade',
+    what: `the same mount with the previous engine (CASCADE_ENGINE=fuse-native: libfuse 2 via fuse-native, 128 KiB requests, every request in JS), ${CASCADE_DIRECT}`,
+    notApplicable: {},
+    open: (ctx) => openCascadeMount(ctx, { engine: 'fuse-native' }),
+  },
+  {
+    name: 'cascade-client',
+    role: 'cascade',
+    what:
+      'Cascade\'s same-node client (LocalClient) beside the native-engine mount: each read = open by path over the daemon\'s socket (a disk block is promoted to DRAM) + ' +
+      'copy of the whole block from the shared arena into a reused, pre-touched buffer + release, all timed; SHA-256 after the timed region. ' +
+      'Writes, setup and restarts through the mount; open+close = client open + release; no stat',
+    notApplicable: { write: CLIENT_ONLY_READS, 'dup-write': CLIENT_ONLY_READS, 'rename-race': CLIENT_NO_RENAME_RACE },
+    figuresNotApplicable: { 'stat-uncached': 'the client has no stat (its open returns the size); a stat is the mount\'s: the `cascade` row' },
+    open: (ctx) => openCascadeMount(ctx, { engine: 'native', client: true }),
   },
 ];
 

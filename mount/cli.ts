@@ -372,9 +372,9 @@ export function buildCli(argv: string[]) {
           })
           .option('passthrough', {
             type: 'boolean',
-            default: false,
+            default: process.env.CASCADE_PASSTHROUGH === '1',
             describe:
-              'native engine: FUSE passthrough for reads of committed files, which the kernel then serves from a shared-memory copy without the daemon (memory speed). While a file is open this way, opening it for writing fails with EBUSY: write a temporary file and rename it over (Linux 6.9+)',
+              'native engine: FUSE passthrough for reads of committed files, which the kernel then serves from a shared-memory copy without the daemon (memory speed). While a file is open this way, opening it for writing fails with EBUSY: write a temporary file and rename it over (Linux 6.9+; default on when CASCADE_PASSTHROUGH=1)',
           })
           .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, pin-quota, keep-versions, kernel-cache, engine); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')

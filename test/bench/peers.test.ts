@@ -3,6 +3,8 @@
  * 2 MiB for the disk), through the real driver and trial processes: every peer must start, give real
  * figures, read back what was written, stop, and leave nothing behind. A missing or broken peer
  * (bindfs, redis-server, python3-h5py; `bash scripts/bench-peers.sh` installs them) fails this test.
+ * The Cascade rows must run the engine they name (native, fuse-native; the client beside a native
+ * mount), and one rename-race trial (Cascade, with the tmpfs limit) must count every open.
  * Needs root and /dev/fuse, like the other real-mount tests; skipped elsewhere.
  */
 import { strict as assert } from 'node:assert';
@@ -15,6 +17,9 @@ import { SYSTEMS } from '../../bench/peers-systems';
 import { canMount } from '../mount/daemon';
 
 const DRIVER = path.join(__dirname, '..', '..', 'bench', 'peers-bench.js');
+const RACE = 'rename-race 2MiB cascade';
+/** --quick: 5 counted runs of 2,000 opens. */
+const RACE_OPENS = 10_000;
 
 /** `<workload> 2MiB <system>`: the first workload each system takes part in, at the smallest quick size. */
 function smallestTrials(): string[] {
@@ -31,7 +36,7 @@ function alive(pid: number): boolean {
 }
 
 describe('bench: side-by-side peers (quick mode, smallest trial of every system)', function () {
-  this.timeout(240_000);
+  this.timeout(330_000);
   let outDir: string;
 
   before(function () {
@@ -45,10 +50,11 @@ describe('bench: side-by-side peers (quick mode, smallest trial of every system)
   it('every peer starts, gives positive figures, reads back what was written, and leaves nothing behind', () => {
     const names = smallestTrials();
     const outFile = path.join(outDir, 'peers.json');
-    const r = spawnSync(process.execPath, [DRIVER, '--quick', '--filter', names.join(','), '--out', outFile], { encoding: 'utf8', timeout: 200_000 });
+    // The filter is by substring: 'rename-race 2MiB cascade' also picks cascade-fuse-native's, and the driver adds the tmpfs limit.
+    const r = spawnSync(process.execPath, [DRIVER, '--quick', '--filter', [...names, RACE].join(','), '--out', outFile], { encoding: 'utf8', timeout: 300_000 });
     assert.equal(r.status, 0, `peers-bench failed (${r.status ?? r.signal}):\n${r.stderr.slice(-3000)}`);
     const doc = JSON.parse(fs.readFileSync(outFile, 'utf8')) as {
-      trials: { name: string; system: string; figures: { rate: { median: number; min: number }; timesMs: number[] }[]; checks: Record<string, unknown> }[];
+      trials: { name: string; system: string; role: string; figures: { figure: string; rate: { median: number; min: number }; timesMs: number[]; xLimit: number | null }[]; checks: Record<string, unknown> }[];
       failures: unknown[];
       leftovers: string[];
       environment: Record<string, unknown>;
@@ -66,6 +72,21 @@ describe('bench: side-by-side peers (quick mode, smallest trial of every system)
       }
       assert.equal(t.checks.contentVerified, true, `${name}: bytes read equal bytes written`);
       if (typeof t.checks.redisPid === 'number') assert.equal(alive(t.checks.redisPid), false, 'redis-server stopped');
+      if (name.startsWith('hot-read ')) assert.ok(t.figures.some((f) => f.figure === 'blocks/s'), `${name}: blocks/s next to GB/s`);
+    }
+    const engines: Record<string, RegExp> = { cascade: /^native:/, 'cascade-fuse-native': /^fuse-native:/, 'cascade-client': /^native:/ };
+    for (const [system, engine] of Object.entries(engines)) {
+      const t = doc.trials.find((x) => x.name === `hot-read 2MiB ${system}`);
+      assert.equal(t?.role, 'cascade', `${system}: role cascade`);
+      assert.match(String(t?.checks.cascadeEngine), engine, `${system}: mounted with the engine it names`);
+      assert.ok(t?.figures.every((f) => f.xLimit !== null), `${system}: a ratio to tmpfs`);
+    }
+    for (const system of ['tmpfs', 'cascade', 'cascade-fuse-native']) {
+      const t = doc.trials.find((x) => x.name === `rename-race 2MiB ${system}`);
+      assert.ok(t, `rename-race ${system} ran`);
+      assert.equal(t.checks.opens, RACE_OPENS, `rename-race ${system}: every counted open attempted`);
+      for (const k of ['enoent', 'wrongContent', 'otherErrors', 'renames']) assert.equal(typeof t.checks[k], 'number', `rename-race ${system}: ${k} counted`);
+      assert.ok(t.figures[0].rate.min > 0, `rename-race ${system}: opens/s`);
     }
     const cold = doc.trials.find((x) => x.name === 'cold-read 2MiB disk');
     assert.equal(cold?.checks.maxResidentBytesAfterDrop, 0, 'the cold read found nothing of the file in the page cache');
