@@ -65,9 +65,10 @@ export interface CascadeFsOps {
   holdForClient?(path: string): Promise<DramHold>;
   /**
    * The native engine: the bytes of a read handle's version, held in the shared DRAM arena until
-   * release(), or undefined where the handle's reads must go through read(). Optional.
+   * release(), or undefined where the handle's reads must go through read() (or where its version
+   * is smaller than minSizeBytes: holding costs more than serving one read). Optional.
    */
-  holdHandle?(handle: Handle): Promise<DramHold | undefined>;
+  holdHandle?(handle: Handle, minSizeBytes?: number): Promise<DramHold | undefined>;
   /** Finish background work and persist everything (clean unmount). */
   close(): Promise<void>;
 }

@@ -51,6 +51,11 @@ export const OPEN_DIRS_MAX = 65_536;
 const VALIDITY: P.Validity = { entryMs: 1000, attrMs: 1000 };
 const ROOT_ID = 1;
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
+/**
+ * Smallest version held in the arena for reads served in C++: a file of one 1 MiB request is read
+ * in one trip either way, and the hold (locks, a lease) costs more than that trip's copy in JS.
+ */
+export const HOLD_MIN_BYTES = 1024 * 1024 + 1;
 const O_ACCMODE = 3;
 const UNCHANGED_ID = 0xffff_ffff;
 
@@ -152,6 +157,8 @@ export class NativeFuseEngine {
   private nextDir = 1;
   private unmounting: Promise<void> | undefined;
   private holdWarned = false;
+  /** Whether the session maps the DRAM arena (settled at INIT). */
+  private arena = false;
 
   private constructor(
     readonly mountpoint: string,
@@ -213,6 +220,7 @@ export class NativeFuseEngine {
       session.unmount();
       throw new CascadeError('EIO', `cannot mount ${mnt} with the native engine: ${r.why}`);
     }
+    engine.arena = session.negotiated().arena;
     if (options.passthrough === true) {
       const n = session.negotiated();
       if (!n.passthrough) log('passthrough was asked for but the kernel did not offer it (needs Linux 6.9+ and CAP_SYS_ADMIN): reads are served');
@@ -494,13 +502,16 @@ export class NativeFuseEngine {
     const fh = checkHandle(await f.open(this.nodes.pathOf(hdr.nodeid), flags));
     let openFlags = this.openFlags();
     let backing: Backing | undefined;
-    if (reading && f.holdHandle !== undefined && this.session?.negotiated().arena === true) {
+    // A read-only handle's flush is a no-op: answered in C++ at close, without a trip through JS.
+    if (reading) this.session?.markReadOnly(fh);
+    if (reading && f.holdHandle !== undefined && this.arena) {
       // Reads of a committed version are served in C++ from the arena while this handle is open.
+      // Passthrough needs the hold too (its backing file is filled from the arena), so no minimum then.
       try {
-        const hold = await f.holdHandle(fh);
+        const hold = await f.holdHandle(fh, this.backings !== undefined ? 0 : HOLD_MIN_BYTES);
         if (hold !== undefined) {
           this.holds.set(fh, hold);
-          this.session.setReadSource(fh, hold.version.sizeBytes, hold.extents.flat());
+          this.session?.setReadSource(fh, hold.version.sizeBytes, hold.extents.flat());
           backing = await this.passthroughFor(hdr.nodeid, hold);
         }
       } catch (e) {

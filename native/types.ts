@@ -118,6 +118,7 @@ export interface FuseSessionStats {
   forwarded: number;
   servedReads: number;
   servedReadBytes: number;
+  servedFlushes: number;
   replyErrors: number;
 }
 
@@ -132,6 +133,8 @@ export interface NativeFuseSessionBinding {
   /** Serve READs of `fh` from these arena extents (flat [arenaOffsetBytes, lengthBytes, ...]) until cleared or released. */
   setReadSource(fh: number, sizeBytes: number, extents: number[]): void;
   clearReadSource(fh: number): void;
+  /** `fh` was opened read-only: its FLUSH is answered in C++ (a no-op) until it is released. */
+  markReadOnly(fh: number): void;
   /** Copy a block's bytes from the arena into `fd` from offset 0, on a worker thread (a passthrough backing file). */
   writeArenaTo(fd: number, sizeBytes: number, extents: number[]): Promise<void>;
   /** Register a file for passthrough; returns its backing id. */

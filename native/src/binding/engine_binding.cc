@@ -135,6 +135,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
                            InstanceMethod<&FuseSessionWrap::SetReadSource>("setReadSource"),
                            InstanceMethod<&FuseSessionWrap::ClearReadSource>("clearReadSource"),
                            InstanceMethod<&FuseSessionWrap::WriteArenaTo>("writeArenaTo"),
+                           InstanceMethod<&FuseSessionWrap::MarkReadOnly>("markReadOnly"),
                            InstanceMethod<&FuseSessionWrap::OpenBacking>("openBacking"),
                            InstanceMethod<&FuseSessionWrap::CloseBacking>("closeBacking"),
                            InstanceMethod<&FuseSessionWrap::Negotiated>("negotiated"),
@@ -295,6 +296,17 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     return info.Env().Undefined();
   }
 
+  Napi::Value MarkReadOnly(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t fh;
+    if (!ArgU64(info, 0, "fh", &fh)) return env.Undefined();
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    const Status st = s->MarkReadOnly(fh);
+    if (st != Status::kOk) ThrowStatus(env, st, "markReadOnly: too many handles");
+    return env.Undefined();
+  }
+
   Napi::Value OpenBacking(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     uint64_t fd;
@@ -344,6 +356,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("forwarded", static_cast<double>(s.forwarded));
     o.Set("servedReads", static_cast<double>(s.servedReads));
     o.Set("servedReadBytes", static_cast<double>(s.servedReadBytes));
+    o.Set("servedFlushes", static_cast<double>(s.servedFlushes));
     o.Set("replyErrors", static_cast<double>(s.replyErrors));
     return o;
   }

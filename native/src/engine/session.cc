@@ -137,6 +137,22 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
     case FUSE_READ:
       if (ServeRead(message, lengthBytes)) return;
       break;
+    case FUSE_FLUSH: {
+      if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_flush_in)) {
+        const uint64_t fh = reinterpret_cast<const fuse_flush_in*>(message + sizeof(fuse_in_header))->fh;
+        bool quiet;
+        {
+          std::shared_lock<std::shared_mutex> lock(sourcesMutex_);
+          quiet = readOnly_.count(fh) != 0;
+        }
+        if (quiet) {
+          servedFlushes_.fetch_add(1, std::memory_order_relaxed);
+          Reply(in->unique, 0, nullptr, 0);
+          return;
+        }
+      }
+      break;
+    }
     case FUSE_RELEASE: {
       // Drop the source before the embedder can reuse the handle number (it answers the release).
       if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_release_in)) {
@@ -282,6 +298,14 @@ Status Session::SetReadSource(uint64_t fh, ReadSource source) {
 void Session::ClearReadSource(uint64_t fh) {
   std::unique_lock<std::shared_mutex> lock(sourcesMutex_);
   sources_.erase(fh);
+  readOnly_.erase(fh);
+}
+
+Status Session::MarkReadOnly(uint64_t fh) {
+  std::unique_lock<std::shared_mutex> lock(sourcesMutex_);
+  if (readOnly_.size() >= kReadSourcesMax && readOnly_.count(fh) == 0) return Status::kNoSpace;
+  readOnly_.insert(fh);
+  return Status::kOk;
 }
 
 Status Session::OpenBacking(int fd, int32_t* backingId, std::string* error) {
@@ -336,6 +360,7 @@ SessionStats Session::stats() const {
   s.forwarded = forwarded_.load();
   s.servedReads = servedReads_.load();
   s.servedReadBytes = servedReadBytes_.load();
+  s.servedFlushes = servedFlushes_.load();
   s.replyErrors = replyErrors_.load();
   return s;
 }

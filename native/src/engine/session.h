@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "../core/mapping.h"
@@ -58,6 +59,7 @@ struct SessionStats {
   uint64_t forwarded = 0;
   uint64_t servedReads = 0;
   uint64_t servedReadBytes = 0;
+  uint64_t servedFlushes = 0;
   uint64_t replyErrors = 0;
 };
 
@@ -86,6 +88,8 @@ class Session {
   Status Reply(uint64_t unique, int32_t error, const struct iovec* payload, int payloadCount);
   Status SetReadSource(uint64_t fh, ReadSource source);
   void ClearReadSource(uint64_t fh);
+  // A handle opened read-only: its FLUSH (sent at every close) is a no-op, answered here without JS.
+  Status MarkReadOnly(uint64_t fh);
   // FUSE_DEV_IOC_BACKING_OPEN/CLOSE: register a file the kernel reads directly (passthrough).
   Status OpenBacking(int fd, int32_t* backingId, std::string* error);
   Status CloseBacking(int32_t backingId);
@@ -121,11 +125,12 @@ class Session {
 
   mutable std::shared_mutex sourcesMutex_;
   std::unordered_map<uint64_t, std::shared_ptr<const ReadSource>> sources_;
+  std::unordered_set<uint64_t> readOnly_;
 
   mutable std::shared_mutex negotiatedMutex_;
   Negotiated negotiated_;
 
-  std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, replyErrors_{0};
+  std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, replyErrors_{0};
 };
 
 }  // namespace cascade::engine
