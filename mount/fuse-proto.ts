@@ -95,6 +95,20 @@ export class Reader {
     if (v > BigInt(Number.MAX_SAFE_INTEGER)) throw new ProtoError(`a 64-bit field (${v}) exceeds 2^53`);
     return Number(v);
   }
+  /** A 64-bit field as the kernel sent it, for fields that may hold any value (times, lock owners). */
+  u64Big(): bigint {
+    this.need(8);
+    const v = this.buf.readBigUInt64LE(this.pos);
+    this.pos += 8;
+    return v;
+  }
+  /** A signed 64-bit field (seconds of a time, which may be before 1970). */
+  i64Big(): bigint {
+    this.need(8);
+    const v = this.buf.readBigInt64LE(this.pos);
+    this.pos += 8;
+    return v;
+  }
   skip(n: number): void {
     this.need(n);
     this.pos += n;
@@ -115,6 +129,11 @@ export class Reader {
     this.pos += len;
     return v;
   }
+}
+
+/** A 64-bit value as a JS number, or undefined when it is past 2^53 (the caller decides the errno). */
+export function safeNumber(v: bigint): number | undefined {
+  return v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= BigInt(Number.MIN_SAFE_INTEGER) ? Number(v) : undefined;
 }
 
 export function readHeader(buf: Buffer): InHeader {

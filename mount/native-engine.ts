@@ -340,8 +340,9 @@ export class NativeFuseEngine {
       case P.Op.GETATTR: {
         const flags = r.u32();
         r.u32();
-        const fh = r.u64();
-        const attr = await f.getattr(this.nodes.pathOf(hdr.nodeid), (flags & P.GETATTR_FH) !== 0 ? fh : undefined);
+        // fh is meaningful only with GETATTR_FH; otherwise it may hold anything.
+        const fh = r.u64Big();
+        const attr = await f.getattr(this.nodes.pathOf(hdr.nodeid), (flags & P.GETATTR_FH) !== 0 ? handleOf(fh) : undefined);
         return P.attrOut(attr, VALIDITY);
       }
       case P.Op.SETATTR:
@@ -393,8 +394,10 @@ export class NativeFuseEngine {
       }
       case P.Op.READ: {
         const fh = r.u64();
-        const offset = r.u64();
+        const offset = P.safeNumber(r.u64Big());
         const size = r.u32();
+        // Past 2^53 bytes is past any file's end (files are at most maxBlockBytes).
+        if (offset === undefined) return Buffer.alloc(0);
         const target = Buffer.allocUnsafe(size);
         const n = await f.read(fh, target, offset);
         if (!Number.isInteger(n) || n < 0 || n > size) throw new Error(`read returned ${n} bytes for a ${size}-byte request`);
@@ -402,9 +405,10 @@ export class NativeFuseEngine {
       }
       case P.Op.WRITE: {
         const fh = r.u64();
-        const offset = r.u64();
+        const offset = P.safeNumber(r.u64Big());
         const size = r.u32();
         r.skip(4 + 8 + 4 + 4); // write_flags, lock_owner, flags, padding
+        if (offset === undefined) throw new CascadeError('EFBIG', 'write offset past 2^53 bytes');
         const n = await f.write(fh, r.rest(size), offset);
         if (!Number.isInteger(n) || n < 0 || n > size) throw new Error(`write returned ${n} bytes for a ${size}-byte request`);
         return P.writeOut(n);
@@ -573,12 +577,14 @@ export class NativeFuseEngine {
   private async setattr(hdr: P.InHeader, r: P.Reader): Promise<Buffer> {
     const valid = r.u32();
     r.u32();
-    const fh = r.u64();
-    const size = r.u64();
-    r.u64(); // lock_owner
-    const atime = r.u64();
-    const mtime = r.u64();
-    r.u64(); // ctime
+    // Fields not named in `valid` may hold anything (ftruncate sends a lock owner, a path truncate a
+    // stale fh): read them raw and convert only those that are valid.
+    const fhRaw = r.u64Big();
+    const sizeRaw = r.u64Big();
+    r.skip(8); // lock_owner
+    const atime = Number(r.i64Big());
+    const mtime = Number(r.i64Big());
+    r.skip(8); // ctime
     const atimensec = r.u32();
     const mtimensec = r.u32();
     r.u32(); // ctimensec
@@ -588,7 +594,7 @@ export class NativeFuseEngine {
     const gid = r.u32();
     const f = this.fsOps;
     const p = this.nodes.pathOf(hdr.nodeid);
-    const handle = (valid & P.FATTR.FH) !== 0 ? fh : undefined;
+    const handle = (valid & P.FATTR.FH) !== 0 ? handleOf(fhRaw) : undefined;
     if ((valid & (P.FATTR.UID | P.FATTR.GID)) !== 0) {
       // Ownership is fixed; a chown that changes nothing (cp -p, tar as the owner) succeeds.
       const attr = await f.getattr(p, handle);
@@ -596,7 +602,11 @@ export class NativeFuseEngine {
       const sameGid = (valid & P.FATTR.GID) === 0 || gid === UNCHANGED_ID || gid === attr.gid;
       if (!sameUid || !sameGid) throw new CascadeError('EPERM', `changing the owner of ${p} is not supported`);
     }
-    if ((valid & P.FATTR.SIZE) !== 0) await f.truncate(p, size, handle);
+    if ((valid & P.FATTR.SIZE) !== 0) {
+      const size = P.safeNumber(sizeRaw);
+      if (size === undefined) throw new CascadeError('EFBIG', `size ${sizeRaw} is past any file's limit`);
+      await f.truncate(p, size, handle);
+    }
     if ((valid & P.FATTR.MODE) !== 0) await f.chmod(p, mode);
     if ((valid & (P.FATTR.ATIME | P.FATTR.MTIME)) !== 0) {
       const now = Date.now();
@@ -627,6 +637,13 @@ async function exists(f: CascadeFsOps, p: string): Promise<boolean> {
   } catch {
     return false;
   }
+}
+
+/** A file handle the kernel echoes back: one of ours, so always below 2^31; anything else is EBADF. */
+function handleOf(fh: bigint): Handle {
+  const n = P.safeNumber(fh);
+  if (n === undefined) throw new CascadeError('EBADF', `file handle ${fh} was never handed out`);
+  return n;
 }
 
 function checkHandle(handle: number): number {
