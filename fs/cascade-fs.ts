@@ -19,14 +19,14 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { GiB, NAME_COMPONENT_MAX_BYTES } from '../store/constants';
+import { GiB, INODE_ALLOCATED_LIMIT, NAME_COMPONENT_MAX_BYTES } from '../store/constants';
 import { allocLarge, COPY_ASYNC_MIN_BYTES, copyBytes } from '../store/copy';
-import { CascadeError, isCascadeError } from '../store/errors';
+import { assert, CascadeError, isCascadeError } from '../store/errors';
 import { StreamHasher } from '../store/hash';
 import type { VersionRecord } from '../store/meta';
-import { validateComponent, validateName, validateSha256 } from '../store/names';
+import { validateDirName, validateName, validateSha256 } from '../store/names';
 import type { DramHold, Store } from '../store/store';
-import { DirTree, split } from './tree';
+import { DirTree, split, type DirInfo } from './tree';
 import type { CascadeFsOps, FileAttr, FsStatfs, Handle } from './types';
 
 const S_IFDIR = 0o040000;
@@ -57,6 +57,10 @@ const STATS_SNAPSHOT_MS = 100;
 const HIDDEN_RE = /^\.fuse_hidden[0-9a-f]+$/;
 /** Names read per page when the tree is built at mount. */
 const LIST_PAGE = 10_000;
+/** Inode numbers reserved from the store at a time for new files and directories. */
+const INODE_BATCH = 1024;
+/** The mount's own directories and files have fixed inode numbers (below INODE_FIRST_ALLOCATED). */
+const INO = { root: 1, kv: 2, meta: 3, stats: 4, client: 5, versions: 6, at: 7 } as const;
 
 export interface CascadeFsOptions {
   uid: number;
@@ -68,6 +72,35 @@ export interface CascadeFsOptions {
   /** Bytes all staging buffers may hold together (default: a quarter of memory, at most 8 GiB). */
   stagingCapacityBytes?: number;
   log?: (message: string) => void;
+}
+
+/**
+ * Inode numbers for new files and directories, reserved from the store in batches. take() waits for a
+ * refill when the batch is used up; concurrent takers share one refill.
+ */
+class InodePool {
+  private next = 0;
+  private end = 0;
+  private refilling: Promise<void> | undefined;
+  constructor(private readonly store: Store) {}
+
+  async take(): Promise<number> {
+    while (this.next >= this.end) {
+      this.refilling ??= this.store.allocateInodes(INODE_BATCH).then(
+        (first) => {
+          this.next = first;
+          this.end = first + INODE_BATCH;
+          this.refilling = undefined;
+        },
+        (e: unknown) => {
+          this.refilling = undefined;
+          throw e;
+        },
+      );
+      await this.refilling;
+    }
+    return this.next++;
+  }
 }
 
 interface Staging {
@@ -89,6 +122,7 @@ interface Staging {
   /** Unlinked or replaced while open: it is never committed. */
   orphaned: boolean;
   mtimeMs: number;
+  /** The file's inode number: its committed version's for a rewrite, a fresh one for a new file. */
   ino: number;
 }
 
@@ -106,8 +140,16 @@ type Parsed =
   | { kind: 'atroot' } // /.cascade/at
   | { kind: 'at'; timeMs: number; rel: string | undefined }; // /.cascade/at/<ms> (undefined) or .../kv/<rel>
 
+/**
+ * An inode number for a read-only view (a past version, a directory under /.cascade/versions): derived
+ * from its path, in [2^52, 2^53), where no allocated number lies.
+ */
+function derivedIno(text: string): number {
+  return INODE_ALLOCATED_LIMIT + (fnv1a53(text) % INODE_ALLOCATED_LIMIT);
+}
+
 function fnv1a53(text: string): number {
-  // A stable inode number from a string; 2^53 keeps it exact in a JS number.
+  // A stable hash of a string; 2^53 keeps it exact in a JS number.
   let h1 = 0x811c9dc5;
   let h2 = 0x01000193;
   for (let i = 0; i < text.length; i++) {
@@ -119,11 +161,28 @@ function fnv1a53(text: string): number {
 }
 
 export async function createCascadeFs(store: Store, options: CascadeFsOptions): Promise<CascadeFs> {
-  const tree = new DirTree();
+  const tree = new DirTree(INO.kv);
   let after: string | undefined;
   for (;;) {
     const page = await store.list('', { after, limit: LIST_PAGE });
-    for (const name of page) tree.addNameWithParents(name);
+    // Directories get numbers from the store's counter too, reserved per page (at most 63 per name).
+    const seen = new Set<string>();
+    let missing = 0;
+    for (const name of page) {
+      for (let i = name.indexOf('/'); i >= 0; i = name.indexOf('/', i + 1)) {
+        const dir = name.slice(0, i);
+        if (!seen.has(dir) && tree.kindOf(dir) !== 'dir') missing++;
+        seen.add(dir);
+      }
+    }
+    let next = missing > 0 ? await store.allocateInodes(missing) : 0;
+    const end = next + missing;
+    for (const name of page) {
+      tree.addNameWithParents(name, () => {
+        assert(next < end, 'more directories than counted at mount');
+        return next++;
+      });
+    }
     if (page.length < LIST_PAGE) break;
     after = page[page.length - 1];
   }
@@ -146,6 +205,7 @@ export class CascadeFs implements CascadeFsOps {
   private statsSnapshot: { atMs: number; data: Buffer } | undefined;
   private readonly stagingCapacityBytes: number;
   private readonly mountTimeMs = Date.now();
+  private readonly inodes: InodePool;
 
   constructor(
     private readonly store: Store,
@@ -153,6 +213,7 @@ export class CascadeFs implements CascadeFsOps {
     private readonly options: CascadeFsOptions,
   ) {
     this.stagingCapacityBytes = options.stagingCapacityBytes ?? Math.min(8 * GiB, Math.floor(os.totalmem() / 4));
+    this.inodes = new InodePool(store);
     // How long requests wait for the JS thread: every FUSE op is served on it. Shown in stats.json.
     this.loopDelay.enable();
   }
@@ -169,31 +230,36 @@ export class CascadeFs implements CascadeFsOps {
     const hid = p.kind === 'kv' ? this.hidden.get(p.rel) : undefined;
     if (hid) {
       if (hid.version) return this.versionAttr(hid.version);
-      return this.fileAttr(path, 0, this.mountTimeMs, 0o644, fnv1a53(`hidden:${path}`));
+      return this.fileAttr(0, this.mountTimeMs, 0o644, derivedIno(`hidden:${path}`));
     }
     switch (p.kind) {
       case 'root':
+        return this.dirAttr(INO.root);
       case 'meta':
+        return this.dirAttr(INO.meta);
       case 'atroot':
-        return this.dirAttr(path);
+        return this.dirAttr(INO.at);
       case 'stats':
-        return this.fileAttr(path, (await this.metaFile(p.file)).length, Date.now(), 0o444, fnv1a53(path));
+        return this.fileAttr((await this.metaFile(p.file)).length, Date.now(), 0o444, p.file === 'stats.json' ? INO.stats : INO.client);
       case 'kv': {
         const kind = this.tree.kindOf(p.rel);
-        if (kind === 'dir') return this.dirAttr(path);
+        if (kind === 'dir') return this.dirAttr(this.tree.info(p.rel));
         if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
-        // A file being written shows its committed version to everyone but its writers' handles.
-        const committed = await this.current(p.rel);
-        if (committed) return this.versionAttr(committed);
+        // A file with a write session open has the session's size and times, for everyone, as after
+        // an O_TRUNC on a local filesystem (fstat and SEEK_END of its writers depend on it); readers
+        // that open it meanwhile still read the committed content.
         const st = this.staging.get(p.rel);
         if (st) return this.stagingAttr(st);
+        const committed = await this.current(p.rel);
+        if (committed) return this.versionAttr(committed);
         throw new CascadeError('ENOENT', `no such file: ${path}`);
       }
       case 'versions':
       case 'at': {
         const target = await this.resolveVirtual(p);
-        if (target === 'dir') return this.dirAttr(path);
-        return { ...this.versionAttr(target), mode: S_IFREG | 0o444 };
+        if (target === 'dir') return this.dirAttr(p.rel === undefined ? (p.kind === 'versions' ? INO.versions : derivedIno(path)) : derivedIno(path));
+        // A past version is a file of its own: read-only, with its own number.
+        return { ...this.versionAttr(target), mode: S_IFREG | 0o444, ino: derivedIno(`${target.name}#${target.version}`) };
       }
     }
   }
@@ -225,8 +291,9 @@ export class CascadeFs implements CascadeFsOps {
   async mkdir(path: string, _mode: number): Promise<void> {
     const rel = this.kvRel(path, 'mkdir');
     if (rel === '') throw new CascadeError('EEXIST', '/kv exists');
-    for (const part of rel.split('/')) validateComponent(part);
-    this.tree.addDir(rel);
+    validateDirName(rel);
+    const ino = await this.inodes.take();
+    this.tree.addDir(rel, ino);
   }
 
   async rmdir(path: string): Promise<void> {
@@ -240,12 +307,15 @@ export class CascadeFs implements CascadeFsOps {
   async create(path: string, mode: number, _flags: number): Promise<Handle> {
     const rel = this.kvRel(path, 'create');
     this.checkFileName(rel);
+    if (this.tree.kindOf(rel) === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
+    // An existing file keeps its inode number (O_CREAT|O_TRUNC rewrites it); a new one gets a fresh one.
+    const ino = await this.fileIno(rel);
     const existing = this.tree.kindOf(rel);
     if (existing === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     this.tree.addFile(rel);
     this.pendingDelete.delete(rel); // re-created after an unlink while open: the new file continues the name
     if ((mode & 0o7777) !== 0o644) this.modes.set(rel, mode & 0o7777);
-    return this.openStaging(rel, true);
+    return this.openStaging(rel, true, ino);
   }
 
   async open(path: string, flags: number): Promise<Handle> {
@@ -270,7 +340,8 @@ export class CascadeFs implements CascadeFsOps {
         return this.joinStaging(st, (flags & O_ACCMODE) === O_RDWR);
       }
       if (!(flags & O_TRUNC)) throw new CascadeError('EPERM', `${path}: committed content is immutable; open with O_TRUNC to replace it`);
-      return this.openStaging(p.rel, (flags & O_ACCMODE) === O_RDWR);
+      const ino = await this.fileIno(p.rel);
+      return this.openStaging(p.rel, (flags & O_ACCMODE) === O_RDWR, ino);
     }
     const v = await this.current(p.rel);
     // Created but not committed yet: its content is private to its writers, so it reads as empty.
@@ -448,16 +519,18 @@ export class CascadeFs implements CascadeFsOps {
       st.name = dst;
       this.staging.set(dst, st);
     }
-    this.tree.removeFile(src);
-    this.tree.addFile(dst);
+    this.tree.moveFile(src, dst);
     const mode = this.modes.get(src);
     this.modes.delete(src);
     if (mode !== undefined) this.modes.set(dst, mode);
     else this.modes.delete(dst);
   }
 
-  async utimens(path: string, _atimeMs: number, _mtimeMs: number): Promise<void> {
-    // Accepted so that touch and cp -p work; a version's time is its commit time and does not change.
+  async utimens(path: string, _atimeMs: number, mtimeMs: number): Promise<void> {
+    // Directories keep the time given (in memory). Files accept it so that touch and cp -p work, but a
+    // version's time is its commit time and does not change.
+    const p = parse(path);
+    if (p.kind === 'kv' && this.tree.kindOf(p.rel) === 'dir') return this.tree.setTimes(p.rel, mtimeMs);
     await this.getattr(path);
   }
 
@@ -519,9 +592,9 @@ export class CascadeFs implements CascadeFsOps {
     } catch {
       throw new CascadeError('EINVAL', `${XATTR_LINK} takes a 64-character hex SHA-256`);
     }
-    await this.store.link(rel, sha);
-    // A created-but-unwritten file (touch, then link) must not commit its empty content over the link.
     const st = this.staging.get(rel);
+    await this.store.link(rel, sha, st?.ino);
+    // A created-but-unwritten file (touch, then link) must not commit its empty content over the link.
     if (st && !st.dirty) this.orphan(st);
   }
 
@@ -566,7 +639,7 @@ export class CascadeFs implements CascadeFsOps {
 
   // ---- internals ----------------------------------------------------------------------------------
 
-  private openStaging(rel: string, readable: boolean): Handle {
+  private openStaging(rel: string, readable: boolean, ino: number): Handle {
     let st = this.staging.get(rel);
     if (st) {
       this.resize(st, 0);
@@ -582,7 +655,7 @@ export class CascadeFs implements CascadeFsOps {
         handles: 0,
         orphaned: false,
         mtimeMs: Date.now(),
-        ino: fnv1a53(`staging:${rel}:${Date.now()}:${Math.random()}`),
+        ino,
       };
       this.staging.set(rel, st);
     }
@@ -626,7 +699,7 @@ export class CascadeFs implements CascadeFsOps {
       const sha = st.hash && st.hash.lengthBytes === st.sizeBytes ? await st.hash.digest() : undefined;
       st.dirty = false;
       st.pending = false;
-      await this.store.put(st.name, data, sha);
+      await this.store.put(st.name, data, sha, st.ino);
     } catch (e) {
       st.dirty = dirty;
       st.pending = pending;
@@ -710,6 +783,13 @@ export class CascadeFs implements CascadeFsOps {
     if (sizeBytes === 0) st.pending = true; // O_TRUNC of a file being written starts it over
   }
 
+  /** The inode number a write session of `rel` gets: the file's own if it exists, else a fresh one. */
+  private async fileIno(rel: string): Promise<number> {
+    const st = this.staging.get(rel);
+    if (st) return st.ino;
+    return (await this.current(rel))?.ino ?? (await this.inodes.take());
+  }
+
   private async exists(rel: string): Promise<boolean> {
     return (await this.current(rel)) !== undefined;
   }
@@ -738,7 +818,7 @@ export class CascadeFs implements CascadeFsOps {
     if (dstKind === 'file') throw new CascadeError('ENOTDIR', `/kv/${dst} is not a directory`);
     if (dstKind === 'dir' && this.tree.children(dst).size > 0) throw new CascadeError('ENOTEMPTY', `/kv/${dst} is not empty`);
     if (dst.startsWith(`${src}/`)) throw new CascadeError('EINVAL', 'cannot move a directory into itself');
-    for (const part of dst.split('/')) validateComponent(part);
+    validateDirName(dst);
     const files = this.tree.filesUnder(src);
     if (files.some((f) => this.staging.has(f))) throw new CascadeError('EBUSY', `files under /kv/${src} are being written`);
     // Not atomic as a whole: each file moves atomically, in order (documented).
@@ -749,6 +829,10 @@ export class CascadeFs implements CascadeFsOps {
 
   private kvRel(path: string, op: string): string {
     if (path === '/.cascade' || path.startsWith('/.cascade/')) throw new CascadeError('EROFS', `${op}: ${path} is read-only`);
+    // The root holds only kv and .cascade: making anything else there is refused, not "not found".
+    if (path !== '/kv' && !path.startsWith('/kv/') && path !== '/' && path !== '') {
+      throw new CascadeError('EPERM', `${op}: only /kv/<model>/... is writable`);
+    }
     const p = parse(path);
     if (p.kind === 'kv') return p.rel;
     if (p.kind === 'root') throw new CascadeError('EPERM', `${op}: only /kv/<model>/... is writable`);
@@ -806,30 +890,32 @@ export class CascadeFs implements CascadeFsOps {
     return this.statsSnapshot.data;
   }
 
-  private dirAttr(path: string): FileAttr {
+  /** A directory under /kv (its DirInfo), or one of the mount's own (an inode number; mount time). */
+  private dirAttr(dir: DirInfo | number): FileAttr {
+    const d = typeof dir === 'number' ? { ino: dir, mtimeMs: this.mountTimeMs, ctimeMs: this.mountTimeMs } : dir;
     return {
       mode: S_IFDIR | 0o755,
       sizeBytes: 4096,
       nlink: 2,
       uid: this.options.uid,
       gid: this.options.gid,
-      mtimeMs: this.mountTimeMs,
-      ctimeMs: this.mountTimeMs,
-      atimeMs: this.mountTimeMs,
-      ino: fnv1a53(`dir:${path}`),
+      mtimeMs: d.mtimeMs,
+      ctimeMs: d.ctimeMs,
+      atimeMs: d.mtimeMs,
+      ino: d.ino,
     };
   }
 
-  private fileAttr(path: string, sizeBytes: number, timeMs: number, perms: number, ino: number): FileAttr {
-    return { mode: S_IFREG | perms, sizeBytes, nlink: 1, uid: this.options.uid, gid: this.options.gid, mtimeMs: timeMs, ctimeMs: timeMs, atimeMs: timeMs, ino: ino || fnv1a53(path) };
+  private fileAttr(sizeBytes: number, timeMs: number, perms: number, ino: number): FileAttr {
+    return { mode: S_IFREG | perms, sizeBytes, nlink: 1, uid: this.options.uid, gid: this.options.gid, mtimeMs: timeMs, ctimeMs: timeMs, atimeMs: timeMs, ino };
   }
 
   private versionAttr(v: VersionRecord): FileAttr {
-    return this.fileAttr(v.name, v.sizeBytes, v.timeMs, this.modes.get(v.name) ?? 0o644, fnv1a53(`${v.name}#${v.version}#${v.sha256}`));
+    return this.fileAttr(v.sizeBytes, v.timeMs, this.modes.get(v.name) ?? 0o644, v.ino);
   }
 
   private stagingAttr(st: Staging): FileAttr {
-    return this.fileAttr(st.name, st.sizeBytes, st.mtimeMs, this.modes.get(st.name) ?? 0o644, st.ino);
+    return this.fileAttr(st.sizeBytes, st.mtimeMs, this.modes.get(st.name) ?? 0o644, st.ino);
   }
 
   private log(message: string): void {

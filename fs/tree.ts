@@ -1,16 +1,69 @@
 /**
  * The directory tree under /kv, in memory. Store names are flat (`model/a/b/file`); directories are the
  * prefixes of names plus those made with mkdir. It is rebuilt from the store's names at mount, so a
- * directory made by mkdir and left empty does not outlive the daemon (names always do).
+ * directory made by mkdir and left empty does not outlive the daemon (names always do), and neither
+ * do a directory's inode number and times (they start at the mount).
  * Paths here are store-relative: '' is /kv, 'llama' is /kv/llama, 'llama/a/f' is /kv/llama/a/f.
+ *
+ * A directory's mtime and ctime move when an entry is added to it or removed from it (create, mkdir,
+ * unlink, rmdir, rename into or out of it), as on a local filesystem; its inode number stays with it
+ * across renames.
  */
 import { CascadeError } from '../store/errors';
 
 export type EntryKind = 'dir' | 'file';
 
+export interface DirInfo {
+  ino: number;
+  mtimeMs: number;
+  ctimeMs: number;
+}
+
 export class DirTree {
   /** dir path -> (child name -> kind). Every directory on the way to an entry exists here. */
   private readonly dirs = new Map<string, Map<string, EntryKind>>([['', new Map()]]);
+  /** dir path -> its inode number and times; the same keys as `dirs`. */
+  private readonly infos = new Map<string, DirInfo>();
+
+  /**
+   * @param rootIno the inode number of /kv itself.
+   * @param nowMs the clock for directory times.
+   */
+  constructor(
+    rootIno: number,
+    private readonly nowMs: () => number = Date.now,
+  ) {
+    const t = nowMs();
+    this.infos.set('', { ino: rootIno, mtimeMs: t, ctimeMs: t });
+  }
+
+  info(rel: string): DirInfo {
+    const i = this.infos.get(rel);
+    if (!i) throw new CascadeError(this.kindOf(rel) === 'file' ? 'ENOTDIR' : 'ENOENT', `no directory /kv/${rel}`);
+    return i;
+  }
+
+  /** utimensat on a directory. */
+  setTimes(rel: string, mtimeMs: number): void {
+    const i = this.info(rel);
+    i.mtimeMs = mtimeMs;
+    i.ctimeMs = this.nowMs();
+  }
+
+  /** An entry of `rel` was added or removed. */
+  private changed(rel: string): void {
+    const i = this.infos.get(rel);
+    if (i === undefined) return;
+    const t = this.nowMs();
+    i.mtimeMs = t;
+    i.ctimeMs = t;
+  }
+
+  private newDir(rel: string, ino: number): void {
+    const t = this.nowMs();
+    this.dirs.set(rel, new Map());
+    this.infos.set(rel, { ino, mtimeMs: t, ctimeMs: t });
+  }
 
   kindOf(rel: string): EntryKind | undefined {
     if (this.dirs.has(rel)) return 'dir';
@@ -24,14 +77,15 @@ export class DirTree {
     return d;
   }
 
-  /** mkdir: the parent must exist. */
-  addDir(rel: string): void {
+  /** mkdir: the parent must exist; `ino` is a fresh inode number. */
+  addDir(rel: string, ino: number): void {
     const { parent, base } = split(rel);
     const p = this.dirs.get(parent);
     if (!p) throw new CascadeError(this.kindOf(parent) === 'file' ? 'ENOTDIR' : 'ENOENT', `no directory /kv/${parent}`);
     if (p.has(base)) throw new CascadeError('EEXIST', `/kv/${rel} exists`);
     p.set(base, 'dir');
-    this.dirs.set(rel, new Map());
+    this.newDir(rel, ino);
+    this.changed(parent);
   }
 
   /** A file under an existing directory (create); EISDIR over a directory. */
@@ -40,18 +94,27 @@ export class DirTree {
     const p = this.dirs.get(parent);
     if (!p) throw new CascadeError(this.kindOf(parent) === 'file' ? 'ENOTDIR' : 'ENOENT', `no directory /kv/${parent}`);
     if (p.get(base) === 'dir') throw new CascadeError('EISDIR', `/kv/${rel} is a directory`);
+    if (p.has(base)) return;
     p.set(base, 'file');
+    this.changed(parent);
   }
 
-  /** A name loaded from the store: its directories are made as needed. */
-  addNameWithParents(rel: string): void {
+  /** How many directories addNameWithParents(rel) would make. */
+  missingDirs(rel: string): number {
+    let missing = 0;
+    for (let i = rel.indexOf('/'); i >= 0; i = rel.indexOf('/', i + 1)) if (!this.dirs.has(rel.slice(0, i))) missing++;
+    return missing;
+  }
+
+  /** A name loaded from the store: its directories are made as needed, numbered by takeIno. */
+  addNameWithParents(rel: string, takeIno: () => number): void {
     const parts = rel.split('/');
     let cur = '';
     for (let i = 0; i < parts.length - 1; i++) {
       const next = cur === '' ? parts[i] : `${cur}/${parts[i]}`;
       if (!this.dirs.has(next)) {
         this.dirs.get(cur)!.set(parts[i], 'dir');
-        this.dirs.set(next, new Map());
+        this.newDir(next, takeIno());
       }
       cur = next;
     }
@@ -60,7 +123,20 @@ export class DirTree {
 
   removeFile(rel: string): void {
     const { parent, base } = split(rel);
-    if (this.dirs.get(parent)?.get(base) === 'file') this.dirs.get(parent)!.delete(base);
+    if (this.dirs.get(parent)?.get(base) !== 'file') return;
+    this.dirs.get(parent)!.delete(base);
+    this.changed(parent);
+  }
+
+  /** A file renamed (over dst if it exists): both directories change. */
+  moveFile(src: string, dst: string): void {
+    this.removeFile(src);
+    const { parent, base } = split(dst);
+    const p = this.dirs.get(parent);
+    if (!p) throw new CascadeError('ENOENT', `no directory /kv/${parent}`);
+    if (p.get(base) === 'dir') throw new CascadeError('EISDIR', `/kv/${dst} is a directory`);
+    p.set(base, 'file');
+    this.changed(parent);
   }
 
   removeDir(rel: string): void {
@@ -70,6 +146,8 @@ export class DirTree {
     const { parent, base } = split(rel);
     this.dirs.get(parent)!.delete(base);
     this.dirs.delete(rel);
+    this.infos.delete(rel);
+    this.changed(parent);
   }
 
   /** Move a directory subtree (the caller renames the names in the store). */
@@ -80,10 +158,17 @@ export class DirTree {
     this.dirs.get(fp)!.delete(fb);
     for (const [path, entries] of [...this.dirs]) {
       if (path === from || path.startsWith(`${from}/`)) {
+        const info = this.infos.get(path)!;
         this.dirs.delete(path);
+        this.infos.delete(path);
         this.dirs.set(to + path.slice(from.length), entries);
+        this.infos.set(to + path.slice(from.length), info);
       }
     }
+    this.changed(parent);
+    this.changed(fp);
+    // A moved directory's ctime moves too (its '..' entry changed).
+    this.infos.get(to)!.ctimeMs = this.nowMs();
   }
 
   /** All file paths below a directory (for a directory rename). */

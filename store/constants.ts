@@ -15,6 +15,19 @@ export const NAME_MAX_BYTES = 4096;
 /** A name is `<model>/<path...>`: nesting is allowed, but bounded. */
 export const NAME_MAX_DEPTH = 64;
 
+/**
+ * Inode numbers below this are the mount's own fixed ones (root, /kv, /.cascade and its files); files
+ * and directories get numbers from the metadata engine's counter, which starts here.
+ */
+export const INODE_FIRST_ALLOCATED = 1024;
+/** Numbers one allocateInodes() call may reserve. */
+export const INODE_RESERVE_MAX = 1 << 20;
+/**
+ * Allocated numbers stay below this; numbers from here up are derived (hashed) ones for read-only
+ * views such as /.cascade/versions, so the two kinds never collide. 2^52 keeps both exact in a double.
+ */
+export const INODE_ALLOCATED_LIMIT = 2 ** 52;
+
 /** Largest block a put accepts (Node buffers reach 4 GiB; KV blocks are MiBs). */
 export const BLOCK_MAX_BYTES_DEFAULT = 2 * GiB;
 

@@ -14,6 +14,12 @@ export interface VersionRecord {
   sizeBytes: number;
   /** Commit time, ms since the epoch; never decreases along one name's versions. */
   timeMs: number;
+  /**
+   * The inode number of the file this version belongs to: kept by a rewrite of the name and carried
+   * by a rename; a name removed and created again is a new file with a new number. Numbers come from
+   * allocateInodes() and are never handed out twice.
+   */
+  ino: number;
 }
 
 export interface BlockRecord {
@@ -62,17 +68,23 @@ export interface MetaEngine {
    * Atomically add a version of `name` referencing `sha256` (creating the block row with refs 1, or
    * incrementing refs), then trim the name's versions to the newest `keepVersions`. timeMs is raised to
    * the previous version's timeMs if it is smaller. A sha256 already known with another size is a bug
-   * in the caller (assert).
+   * in the caller (assert). The version's `ino` is `ino` when given (a number from allocateInodes(), or
+   * the ino of a file being renamed onto this name), else the current version's, else a fresh one.
    */
-  commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number): Promise<CommitResult>;
+  commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number, ino?: number): Promise<CommitResult>;
   /** Atomically remove a name and all its versions. ENOENT if the name does not exist. */
   remove(name: string): Promise<{ released: string[] }>;
   /**
-   * Atomically: commit `from`'s current content as a new version of `to` (as commit() does), and remove
-   * `from` with all its versions. ENOENT if `from` does not exist. from === to is a no-op returning the
-   * current version.
+   * Atomically: commit `from`'s current content as a new version of `to` (as commit() does, with
+   * `from`'s ino: the file moves), and remove `from` with all its versions. ENOENT if `from` does not
+   * exist. from === to is a no-op returning the current version.
    */
   rename(from: string, to: string, timeMs: number, keepVersions: number): Promise<CommitResult>;
+  /**
+   * Reserve `count` inode numbers (1..INODE_RESERVE_MAX) that no earlier call returned, also across
+   * restarts: returns the first; the range is [first, first + count). Durable with the next sync().
+   */
+  allocateInodes(count: number): Promise<number>;
   /** Names that start with `prefix`, ascending by UTF-8 byte order / JS string order. */
   list(prefix: string, options: ListOptions): Promise<string[]>;
 

@@ -13,9 +13,21 @@ export function validateName(name: unknown): string[] {
   if (name.includes('\0')) throw new CascadeError('EINVAL', 'name contains a NUL byte');
   const parts = name.split('/');
   if (parts.length < 2) throw new CascadeError('EINVAL', `name "${name}" must be <model>/<path...>`);
-  if (parts.length > NAME_MAX_DEPTH) throw new CascadeError('EINVAL', `name is deeper than ${NAME_MAX_DEPTH} components`);
+  if (parts.length > NAME_MAX_DEPTH) throw new CascadeError('ENAMETOOLONG', `name is deeper than ${NAME_MAX_DEPTH} components`);
   for (const part of parts) validateComponent(part, name);
   return parts;
+}
+
+/**
+ * A directory below the namespace root (`<model>` or `<model>/<path...>`): its components are valid,
+ * and a file can still be named inside it (at least one more one-byte component fits the limits).
+ */
+export function validateDirName(rel: string): void {
+  const parts = rel.split('/');
+  for (const part of parts) validateComponent(part, rel);
+  if (Buffer.byteLength(rel, 'utf8') + 2 > NAME_MAX_BYTES || parts.length + 1 > NAME_MAX_DEPTH) {
+    throw new CascadeError('ENAMETOOLONG', `directory /kv/${rel} is past the name limits (${NAME_MAX_BYTES} bytes, ${NAME_MAX_DEPTH} levels)`);
+  }
 }
 
 export function validateComponent(part: string, whole: string = part): void {

@@ -235,9 +235,10 @@ export class Store {
   /**
    * Commit `data` as a new version of `name`. After it returns the bytes are in memory and queued for disk.
    * `knownSha256` is for a caller that hashed the exact bytes as they arrived (fs/ hashes sequential writes
-   * incrementally); it is trusted, so that the bytes are not hashed twice.
+   * incrementally); it is trusted, so that the bytes are not hashed twice. `ino` names the file the
+   * version belongs to (MetaEngine.commit): fs/ passes it; left out, a rewrite keeps the name's.
    */
-  async put(name: string, data: Uint8Array, knownSha256?: string): Promise<VersionRecord> {
+  async put(name: string, data: Uint8Array, knownSha256?: string, ino?: number): Promise<VersionRecord> {
     this.checkOpen();
     validateName(name);
     if (!(data instanceof Uint8Array)) throw new CascadeError('EINVAL', 'data must be a Buffer or Uint8Array');
@@ -245,19 +246,25 @@ export class Store {
       throw new CascadeError('EINVAL', `block of ${data.length} bytes is over the ${this.maxBlockBytes}-byte limit`);
     }
     const sha = knownSha256 === undefined ? await sha256Hex(data) : validateSha256(knownSha256);
-    return this.commitContent(name, sha, data.length, () => this.ingest(sha, data));
+    return this.commitContent(name, sha, data.length, ino, () => this.ingest(sha, data));
   }
 
   /** Make `name` a new version with already-stored content `sha256`, with no data transfer. */
-  async link(name: string, sha256: string): Promise<VersionRecord> {
+  async link(name: string, sha256: string, ino?: number): Promise<VersionRecord> {
     this.checkOpen();
     validateName(name);
     validateSha256(sha256);
     const size = this.residentSize(sha256);
     if (size === undefined) throw new CascadeError('ENOENT', `no stored content ${sha256}`);
-    return this.commitContent(name, sha256, size, () => {
+    return this.commitContent(name, sha256, size, ino, () => {
       throw new CascadeError('ENOENT', `content ${sha256} was reclaimed`);
     });
+  }
+
+  /** Reserve `count` inode numbers never handed out before (MetaEngine.allocateInodes). */
+  async allocateInodes(count: number): Promise<number> {
+    this.checkOpen();
+    return this.meta.allocateInodes(count);
   }
 
   /** Remove a name and its versions. EPERM while its current content is pinned. */
@@ -555,7 +562,7 @@ export class Store {
 
   // ---- internals: write path ------------------------------------------------------------------------
 
-  private async commitContent(name: string, sha: string, sizeBytes: number, ingest: () => Promise<void>): Promise<VersionRecord> {
+  private async commitContent(name: string, sha: string, sizeBytes: number, ino: number | undefined, ingest: () => Promise<void>): Promise<VersionRecord> {
     // Under the content's lock, so reclamation of the same content cannot interleave.
     const result = await this.locks.with(sha, async () => {
       if (this.residentSize(sha) === undefined) {
@@ -564,7 +571,7 @@ export class Store {
         this.counters.dedupHits++;
         this.counters.dedupSavedBytes += sizeBytes;
       }
-      return this.meta.commit(name, sha, sizeBytes, this.now(), this.keepVersions);
+      return this.meta.commit(name, sha, sizeBytes, this.now(), this.keepVersions, ino);
     });
     await this.reclaim(result.released);
     return result.version;

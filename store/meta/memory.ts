@@ -5,7 +5,7 @@
  * The helpers at the top (name order, prefix bounds, argument checks) are exported because every engine
  * must order and check exactly the same way; store/meta/sqlite.ts imports them.
  */
-import { KEEP_VERSIONS_MAX, LIST_PAGE_MAX } from '../constants';
+import { INODE_ALLOCATED_LIMIT, INODE_FIRST_ALLOCATED, INODE_RESERVE_MAX, KEEP_VERSIONS_MAX, LIST_PAGE_MAX } from '../constants';
 import { assert, CascadeError } from '../errors';
 import type { BlockRecord, CommitResult, ListOptions, MetaEngine, MetaTotals, VersionRecord } from '../meta';
 import { validateSha256 } from '../names';
@@ -85,6 +85,26 @@ export function checkCommitArgs(name: string, sha256: string, sizeBytes: number,
   checkKeepVersions(keepVersions);
 }
 
+/** An ino passed to commit(): an allocated number (never a derived or fixed one). */
+export function checkIno(ino: number | undefined): void {
+  if (ino === undefined) return;
+  if (!Number.isSafeInteger(ino) || ino < INODE_FIRST_ALLOCATED || ino >= INODE_ALLOCATED_LIMIT) {
+    throw new CascadeError('EINVAL', `ino must be an allocated inode number, got ${ino}`);
+  }
+}
+
+export function checkInodeCount(count: number): void {
+  if (!Number.isInteger(count) || count < 1 || count > INODE_RESERVE_MAX) {
+    throw new CascadeError('EINVAL', `count must be an integer in [1, ${INODE_RESERVE_MAX}], got ${count}`);
+  }
+}
+
+/** The next counter value after reserving `count` from `next`; ENOSPC when the range is used up. */
+export function advanceInodes(next: number, count: number): number {
+  if (next + count > INODE_ALLOCATED_LIMIT) throw new CascadeError('ENOSPC', 'inode numbers are used up');
+  return next + count;
+}
+
 export function checkListArgs(prefix: string, options: ListOptions): void {
   checkName(prefix, 'prefix');
   if (options.after !== undefined) checkName(options.after, 'after');
@@ -120,6 +140,7 @@ export class MemoryMeta implements MetaEngine {
   private readonly blockTable = new Map<string, BlockEntry>();
   /** list() cache: names in compareNames order; dropped whenever a name appears or goes. */
   private sortedNames: string[] | undefined;
+  private nextIno = INODE_FIRST_ALLOCATED;
   private closed = false;
 
   async current(name: string): Promise<VersionRecord | undefined> {
@@ -153,15 +174,24 @@ export class MemoryMeta implements MetaEngine {
     return (this.names.get(name)?.versions ?? []).map((v) => ({ ...v }));
   }
 
-  async commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number): Promise<CommitResult> {
+  async commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number, ino?: number): Promise<CommitResult> {
     this.checkOpen();
     checkCommitArgs(name, sha256, sizeBytes, timeMs, keepVersions);
+    checkIno(ino);
     const known = this.blockTable.get(sha256);
     assert(known === undefined || known.sizeBytes === sizeBytes, `block ${sha256} committed with size ${sizeBytes}, known as ${known?.sizeBytes}`);
     // Everything is checked; nothing below can throw, so the mutation is all-or-nothing.
+    const versions = this.names.get(name)?.versions;
+    const fileIno = ino ?? versions?.[versions.length - 1].ino ?? this.takeInodes(1);
     const released: string[] = [];
-    const version = this.addVersion(name, sha256, sizeBytes, timeMs, keepVersions, released);
+    const version = this.addVersion(name, sha256, sizeBytes, timeMs, keepVersions, fileIno, released);
     return { version: { ...version }, released };
+  }
+
+  async allocateInodes(count: number): Promise<number> {
+    this.checkOpen();
+    checkInodeCount(count);
+    return this.takeInodes(count);
   }
 
   async remove(name: string): Promise<{ released: string[] }> {
@@ -185,7 +215,7 @@ export class MemoryMeta implements MetaEngine {
     if (from === to) return { version: { ...head }, released: [] };
     const released: string[] = [];
     // Add to `to` first: the moved content gains a reference before `from` drops its own.
-    const version = this.addVersion(to, head.sha256, head.sizeBytes, timeMs, keepVersions, released);
+    const version = this.addVersion(to, head.sha256, head.sizeBytes, timeMs, keepVersions, head.ino, released);
     this.dropName(from, released);
     return { version: { ...version }, released };
   }
@@ -276,8 +306,22 @@ export class MemoryMeta implements MetaEngine {
     if (this.closed) throw closedError(this.kind);
   }
 
+  private takeInodes(count: number): number {
+    const first = this.nextIno;
+    this.nextIno = advanceInodes(first, count);
+    return first;
+  }
+
   /** Appends a version (arguments already checked) and trims to keepVersions. Cannot throw. */
-  private addVersion(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number, released: string[]): VersionRecord {
+  private addVersion(
+    name: string,
+    sha256: string,
+    sizeBytes: number,
+    timeMs: number,
+    keepVersions: number,
+    ino: number,
+    released: string[],
+  ): VersionRecord {
     let entry = this.names.get(name);
     if (entry === undefined) {
       entry = { lastVersion: 0, versions: [] };
@@ -291,6 +335,7 @@ export class MemoryMeta implements MetaEngine {
       sha256,
       sizeBytes,
       timeMs: previous === undefined ? timeMs : Math.max(timeMs, previous.timeMs),
+      ino,
     };
     entry.lastVersion = record.version;
     entry.versions.push(record);

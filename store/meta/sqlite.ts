@@ -13,10 +13,14 @@
  * compareNames() in memory.ts (which differs from JS `<` only for characters above U+FFFF).
  */
 import Database from 'better-sqlite3';
+import { INODE_FIRST_ALLOCATED } from '../constants';
 import { assert, CascadeError, type ErrorCode } from '../errors';
 import type { BlockRecord, CommitResult, ListOptions, MetaEngine, MetaTotals, VersionRecord } from '../meta';
 import {
+  advanceInodes,
   checkCommitArgs,
+  checkIno,
+  checkInodeCount,
   checkKeepVersions,
   checkListArgs,
   checkName,
@@ -27,7 +31,7 @@ import {
 } from './memory';
 
 /** Bump when the schema changes; a database with a newer one is refused (an older binary must not write it). */
-const SCHEMA_VERSION = 1;
+const SCHEMA_VERSION = 2;
 /** How long a statement waits for a lock held by another connection before EBUSY. */
 const BUSY_TIMEOUT_MS = 1000;
 
@@ -42,6 +46,7 @@ const SCHEMA = `
     sha TEXT NOT NULL,
     size INTEGER NOT NULL,
     time_ms INTEGER NOT NULL,
+    ino INTEGER NOT NULL, -- the file this version belongs to (schema 2)
     PRIMARY KEY (name, version)
   ) WITHOUT ROWID;
   CREATE INDEX versions_by_sha ON versions (sha);
@@ -59,6 +64,7 @@ interface VersionRow {
   sha: string;
   size: number;
   time_ms: number;
+  ino: number;
 }
 
 interface BlockRow {
@@ -68,10 +74,10 @@ interface BlockRow {
   pinned: number;
 }
 
-const VERSION_COLUMNS = 'name, version, sha, size, time_ms';
+const VERSION_COLUMNS = 'name, version, sha, size, time_ms, ino';
 
 function toVersion(row: VersionRow): VersionRecord {
-  return { name: row.name, version: row.version, sha256: row.sha, sizeBytes: row.size, timeMs: row.time_ms };
+  return { name: row.name, version: row.version, sha256: row.sha, sizeBytes: row.size, timeMs: row.time_ms, ino: row.ino };
 }
 
 function toBlock(row: BlockRow): BlockRecord {
@@ -104,8 +110,8 @@ function prepareStatements(db: Database.Database) {
       `SELECT ${VERSION_COLUMNS} FROM versions WHERE name = ? ORDER BY version DESC LIMIT -1 OFFSET ?`,
     ),
     bySha: db.prepare<[string], VersionRow>(`SELECT ${VERSION_COLUMNS} FROM versions WHERE sha = ?`),
-    insertVersion: db.prepare<[string, number, string, number, number]>(
-      'INSERT INTO versions (name, version, sha, size, time_ms) VALUES (?, ?, ?, ?, ?)',
+    insertVersion: db.prepare<[string, number, string, number, number, number]>(
+      'INSERT INTO versions (name, version, sha, size, time_ms, ino) VALUES (?, ?, ?, ?, ?, ?)',
     ),
     deleteVersion: db.prepare<[string, number]>('DELETE FROM versions WHERE name = ? AND version = ?'),
     deleteVersions: db.prepare<[string]>('DELETE FROM versions WHERE name = ?'),
@@ -133,6 +139,8 @@ function prepareStatements(db: Database.Database) {
       'SELECT count(*) AS n, coalesce(sum(size), 0) AS bytes, coalesce(sum(CASE WHEN pinned <> 0 THEN size ELSE 0 END), 0) AS pinned FROM blocks',
     ),
     bumpSyncCount: db.prepare("UPDATE meta SET value = value + 1 WHERE key = 'sync_count'"),
+    nextIno: db.prepare<[], number>("SELECT value FROM meta WHERE key = 'next_ino'").pluck(),
+    setNextIno: db.prepare<[number]>("UPDATE meta SET value = ? WHERE key = 'next_ino'"),
   };
 }
 
@@ -183,7 +191,10 @@ export class SqliteMeta implements MetaEngine {
       const others = db.prepare<[], { n: number }>("SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name <> 'meta'").get();
       if ((others?.n ?? 0) > 0) throw new CascadeError('EINVAL', `${path} is not a Cascade metadata database`);
       db.exec(SCHEMA);
-      db.prepare("INSERT INTO meta (key, value) VALUES ('schema_version', ?), ('sync_count', 0)").run(SCHEMA_VERSION);
+      db.prepare("INSERT INTO meta (key, value) VALUES ('schema_version', ?), ('sync_count', 0), ('next_ino', ?)").run(
+        SCHEMA_VERSION,
+        INODE_FIRST_ALLOCATED,
+      );
       return;
     }
     const version = found.value;
@@ -193,8 +204,19 @@ export class SqliteMeta implements MetaEngine {
     if (version > SCHEMA_VERSION) {
       throw new CascadeError('EINVAL', `${path} has metadata schema ${version}, newer than ${SCHEMA_VERSION} of this build; upgrade Cascade`);
     }
-    // No older schema has existed yet; a migration goes here when SCHEMA_VERSION is bumped.
-    if (version !== SCHEMA_VERSION) throw new CascadeError('EINVAL', `${path}: unknown metadata schema ${version}`);
+    if (version === 1) SqliteMeta.migrateFrom1(db);
+    else if (version !== SCHEMA_VERSION) throw new CascadeError('EINVAL', `${path}: unknown metadata schema ${version}`);
+  }
+
+  /** Schema 1 had no inode numbers: each existing name becomes a file with a fresh one. */
+  private static migrateFrom1(db: Database.Database): void {
+    db.exec('ALTER TABLE versions ADD COLUMN ino INTEGER NOT NULL DEFAULT 0');
+    const names = db.prepare<[], string>('SELECT name FROM names ORDER BY name').pluck().all();
+    const setIno = db.prepare<[number, string]>('UPDATE versions SET ino = ? WHERE name = ?');
+    let next = INODE_FIRST_ALLOCATED;
+    for (const name of names) setIno.run(next++, name);
+    db.prepare("INSERT INTO meta (key, value) VALUES ('next_ino', ?)").run(next);
+    db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").run(SCHEMA_VERSION);
   }
 
   async current(name: string): Promise<VersionRecord | undefined> {
@@ -229,12 +251,14 @@ export class SqliteMeta implements MetaEngine {
     });
   }
 
-  async commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number): Promise<CommitResult> {
+  async commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number, ino?: number): Promise<CommitResult> {
     return this.guard(() => {
       checkCommitArgs(name, sha256, sizeBytes, timeMs, keepVersions);
+      checkIno(ino);
       return this.mutate((counts) => {
         const released: string[] = [];
-        const version = this.addVersion(counts, name, sha256, sizeBytes, timeMs, keepVersions, released);
+        const fileIno = ino ?? this.stmt.current.get(name)?.ino ?? this.takeInodes(1);
+        const version = this.addVersion(counts, name, sha256, sizeBytes, timeMs, keepVersions, fileIno, released);
         return { version, released };
       });
     });
@@ -268,10 +292,17 @@ export class SqliteMeta implements MetaEngine {
         const head = readHead();
         const released: string[] = [];
         // Add to `to` first: the moved content gains a reference before `from` drops its own.
-        const version = this.addVersion(counts, to, head.sha, head.size, timeMs, keepVersions, released);
+        const version = this.addVersion(counts, to, head.sha, head.size, timeMs, keepVersions, head.ino, released);
         this.dropName(counts, from, released);
         return { version, released };
       });
+    });
+  }
+
+  async allocateInodes(count: number): Promise<number> {
+    return this.guard(() => {
+      checkInodeCount(count);
+      return this.mutate(() => this.takeInodes(count));
     });
   }
 
@@ -403,6 +434,14 @@ export class SqliteMeta implements MetaEngine {
     };
   }
 
+  /** Inside a transaction: reserves `count` inode numbers and returns the first. */
+  private takeInodes(count: number): number {
+    const first = this.stmt.nextIno.get();
+    assert(typeof first === 'number' && Number.isSafeInteger(first), `next_ino is ${String(first)}`);
+    this.stmt.setNextIno.run(advanceInodes(first, count));
+    return first;
+  }
+
   /** Inside a transaction: appends a version of `name` and trims it to keepVersions. */
   private addVersion(
     counts: MetaTotals,
@@ -411,6 +450,7 @@ export class SqliteMeta implements MetaEngine {
     sizeBytes: number,
     timeMs: number,
     keepVersions: number,
+    ino: number,
     released: string[],
   ): VersionRecord {
     // Reference the content first, so content shared by old and new versions is never released.
@@ -433,9 +473,10 @@ export class SqliteMeta implements MetaEngine {
       sha256,
       sizeBytes,
       timeMs: previous === undefined ? timeMs : Math.max(timeMs, previous.time_ms),
+      ino,
     };
     this.stmt.upsertName.run(name, record.version);
-    this.stmt.insertVersion.run(name, record.version, sha256, sizeBytes, record.timeMs);
+    this.stmt.insertVersion.run(name, record.version, sha256, sizeBytes, record.timeMs, ino);
     counts.versions++;
     counts.logicalBytes += sizeBytes;
 

@@ -29,17 +29,19 @@ async function writeFile(fs: CascadeFs, path: string, data: Buffer, pieceBytes =
   await fs.release(h);
 }
 
+/** Reads until EOF, as a reader does (during a write session the size in getattr is the writer's). */
 async function readFile(fs: CascadeFs, path: string): Promise<Buffer> {
-  const attr = await fs.getattr(path);
   const h = await fs.open(path, O_RDONLY);
-  const out = Buffer.alloc(attr.sizeBytes);
-  for (let off = 0; off < out.length; ) {
-    const n = await fs.read(h, out.subarray(off, off + 128 * 1024), off);
-    assert.ok(n > 0);
+  const parts: Buffer[] = [];
+  for (let off = 0; ; ) {
+    const piece = Buffer.alloc(128 * 1024);
+    const n = await fs.read(h, piece, off);
+    if (n === 0) break;
+    parts.push(piece.subarray(0, n));
     off += n;
   }
   await fs.release(h);
-  return out;
+  return Buffer.concat(parts);
 }
 
 describe('CascadeFs (no kernel)', function () {
@@ -91,6 +93,7 @@ describe('CascadeFs (no kernel)', function () {
     const w = await fs.open('/kv/m/f', O_WRONLY | O_TRUNC);
     await fs.write(w, Buffer.from('version two'), 0);
     assert.equal((await readFile(fs, '/kv/m/f')).toString(), 'v1', 'the staging file is private: others read v1');
+    assert.equal((await fs.getattr('/kv/m/f')).sizeBytes, 11, 'the size is the write session\'s, as after O_TRUNC on a local filesystem');
     await fs.flush(w);
     await fs.release(w);
     const buf = Buffer.alloc(10);
@@ -284,6 +287,109 @@ describe('CascadeFs (no kernel)', function () {
     assert.deepEqual((await fs2.readdir('/kv/llama/x')).sort(), ['w', 'y']);
     assert.equal((await fs2.getattr('/kv/llama/x/y')).mode & 0o170000, 0o040000);
   });
+  it('inode numbers: kept by rewrites, renames and a rebuild of the tree; new after unlink and create; dirs keep theirs across rename', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await fs.mkdir('/kv/m/d', 0o755);
+    const h = await fs.create('/kv/m/d/f', 0o644, O_CREAT | O_WRONLY | O_TRUNC);
+    const ino = (await fs.getattr('/kv/m/d/f', h)).ino;
+    assert.equal((await fs.getattr('/kv/m/d/f')).ino, ino, 'the same number by path during the session');
+    await fs.write(h, Buffer.from('one'), 0);
+    await fs.flush(h);
+    await fs.release(h);
+    assert.equal((await fs.getattr('/kv/m/d/f')).ino, ino, 'the commit keeps it');
+    await writeFile(fs, '/kv/m/d/f', Buffer.from('two'));
+    assert.equal((await fs.getattr('/kv/m/d/f')).ino, ino, 'a rewrite keeps it');
+    const dirIno = (await fs.getattr('/kv/m/d')).ino;
+    await fs.rename('/kv/m/d/f', '/kv/m/d/g');
+    assert.equal((await fs.getattr('/kv/m/d/g')).ino, ino, 'a rename keeps it');
+    await fs.rename('/kv/m/d', '/kv/m/e');
+    assert.equal((await fs.getattr('/kv/m/e')).ino, dirIno, 'a directory rename keeps the directory\'s');
+    assert.equal((await fs.getattr('/kv/m/e/g')).ino, ino, 'and its files\'');
+    const fs2 = await createCascadeFs(store, { uid: 0, gid: 0 });
+    assert.equal((await fs2.getattr('/kv/m/e/g')).ino, ino, 'a rebuilt tree (a remount) keeps file numbers');
+    const all = new Set([ino, (await fs2.getattr('/kv/m/e')).ino, (await fs2.getattr('/kv/m')).ino, (await fs2.getattr('/kv')).ino, (await fs2.getattr('/')).ino]);
+    assert.equal(all.size, 5, 'no number is shared');
+    await fs2.close();
+    await fs.unlink('/kv/m/e/g');
+    await writeFile(fs, '/kv/m/e/g', Buffer.from('three'));
+    assert.notEqual((await fs.getattr('/kv/m/e/g')).ino, ino, 'a file created after an unlink is a new file');
+    await writeFile(fs, '/kv/m/e/g', Buffer.from('four'));
+    assert.notEqual((await fs.getattr('/.cascade/versions/kv/m/e/g/1')).ino, (await fs.getattr('/kv/m/e/g')).ino, 'a past version is its own file');
+  });
+
+  it('directory times move on create, unlink, mkdir, rmdir and renames in and out, not on a rewrite', async () => {
+    const fs2 = await createCascadeFs(store, { uid: 0, gid: 0 });
+    // The tree's clock is the wall clock: step past it between operations.
+    const later = async () => {
+      const t = Date.now();
+      while (Date.now() === t) await new Promise((r) => setTimeout(r, 1));
+    };
+    await fs2.mkdir('/kv/m', 0o755);
+    await fs2.mkdir('/kv/m/a', 0o755);
+    await fs2.mkdir('/kv/m/b', 0o755);
+    const times = async (p: string) => {
+      const a = await fs2.getattr(p);
+      return [a.mtimeMs, a.ctimeMs];
+    };
+    const moves = async (dirs: string[], op: () => Promise<unknown>, what: string) => {
+      const before = await Promise.all(dirs.map(times));
+      await later();
+      await op();
+      const after = await Promise.all(dirs.map(times));
+      dirs.forEach((d, i) => assert.ok(after[i][0] > before[i][0] && after[i][1] > before[i][1], `${what}: ${d} ${before[i]} -> ${after[i]}`));
+    };
+    await moves(['/kv/m/a'], () => writeFile(fs2, '/kv/m/a/f', Buffer.from('x')), 'create');
+    await moves(['/kv/m/a'], () => fs2.mkdir('/kv/m/a/sub', 0o755), 'mkdir');
+    await moves(['/kv/m/a'], () => fs2.rmdir('/kv/m/a/sub'), 'rmdir');
+    await moves(['/kv/m/a', '/kv/m/b'], () => fs2.rename('/kv/m/a/f', '/kv/m/b/f'), 'rename');
+    await moves(['/kv/m/b'], () => fs2.unlink('/kv/m/b/f'), 'unlink');
+    await moves(['/kv/m'], () => fs2.rename('/kv/m/a', '/kv/m/c'), 'directory rename');
+    await writeFile(fs2, '/kv/m/b/g', Buffer.from('1'));
+    const before = await times('/kv/m/b');
+    await later();
+    await writeFile(fs2, '/kv/m/b/g', Buffer.from('2'));
+    assert.deepEqual(await times('/kv/m/b'), before, 'a rewrite adds no entry');
+    await fs2.utimens('/kv/m/b', 5_000, 5_000);
+    assert.equal((await fs2.getattr('/kv/m/b')).mtimeMs, 5_000, 'utimens sets a directory\'s mtime');
+    await fs2.close();
+  });
+
+  it('a write session\'s size is the file\'s size for getattr by path; readers still read the committed content', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/f', seededBytes(9, 1_000_000));
+    const w = await fs.open('/kv/m/f', O_WRONLY | O_TRUNC);
+    assert.equal((await fs.getattr('/kv/m/f')).sizeBytes, 0, 'O_TRUNC: size 0 at once');
+    await fs.write(w, Buffer.alloc(100, 1), 0);
+    assert.equal((await fs.getattr('/kv/m/f')).sizeBytes, 100);
+    assert.equal((await readFile(fs, '/kv/m/f')).length, 1_000_000, 'a reader reads the committed version');
+    await fs.truncate('/kv/m/f', 40, w);
+    assert.equal((await fs.getattr('/kv/m/f', w)).sizeBytes, 40);
+    await fs.flush(w);
+    await fs.release(w);
+    assert.equal((await fs.getattr('/kv/m/f')).sizeBytes, 40);
+  });
+
+  it('names outside /kv are EPERM to create; a name past 4,096 bytes or 64 levels is ENAMETOOLONG', async () => {
+    await rejectsWith(() => fs.create('/elsewhere', 0o644, O_CREAT | O_WRONLY), 'EPERM');
+    await rejectsWith(() => fs.mkdir('/elsewhere', 0o755), 'EPERM');
+    await rejectsWith(() => fs.rename('/kv', '/x'), 'EPERM');
+    await fs.mkdir('/kv/m', 0o755);
+    let dir = '/kv/m';
+    for (let i = 0; i < 20; i++) {
+      dir += '/' + 'c'.repeat(200); // 4,021 bytes of directories: a 250-byte name below them passes 4,096
+      await fs.mkdir(dir, 0o755);
+    }
+    await rejectsWith(() => fs.create(`${dir}/${'f'.repeat(250)}`, 0o644, O_CREAT | O_WRONLY), 'ENAMETOOLONG');
+    await rejectsWith(() => fs.mkdir(`${dir}/${'d'.repeat(250)}`, 0o755), 'ENAMETOOLONG');
+    let deep = '/kv/m';
+    for (let i = 0; i < 62; i++) {
+      deep += '/d';
+      await fs.mkdir(deep, 0o755);
+    }
+    await rejectsWith(() => fs.mkdir(`${deep}/d`, 0o755), 'ENAMETOOLONG');
+    await writeFile(fs, `${deep}/f`, Buffer.from('64 levels is the limit'));
+  });
+
   // libfuse renames a file unlinked or replaced while open to .fuse_hidden<hex> and unlinks it at release.
   it('replace while open: the version history continues at the name, the hidden name never reaches the store', async () => {
     await fs.mkdir('/kv/m', 0o755);

@@ -4,7 +4,7 @@
  */
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
-import { KEEP_VERSIONS_MAX, LIST_PAGE_MAX } from '../../store/constants';
+import { INODE_ALLOCATED_LIMIT, INODE_FIRST_ALLOCATED, INODE_RESERVE_MAX, KEEP_VERSIONS_MAX, LIST_PAGE_MAX } from '../../store/constants';
 import { isCascadeError, type ErrorCode } from '../../store/errors';
 import type { BlockRecord, MetaEngine, MetaTotals, VersionRecord } from '../../store/meta';
 
@@ -141,9 +141,11 @@ export function metaConformance(label: string, open: () => Promise<MetaFixture>)
         const c1 = await engine.commit('m/a', sha(1), 10, T0_MS, KEEP);
         const c2 = await engine.commit('m/a', sha(2), 20, T0_MS + 1, KEEP);
         const c3 = await engine.commit('m/a', sha(3), 30, T0_MS + 2, KEEP);
-        assert.deepEqual(c1, { version: { name: 'm/a', version: 1, sha256: sha(1), sizeBytes: 10, timeMs: T0_MS }, released: [] });
-        assert.deepEqual(c2.version, { name: 'm/a', version: 2, sha256: sha(2), sizeBytes: 20, timeMs: T0_MS + 1 });
-        assert.deepEqual(c3.version, { name: 'm/a', version: 3, sha256: sha(3), sizeBytes: 30, timeMs: T0_MS + 2 });
+        const ino = c1.version.ino;
+        assert.ok(Number.isSafeInteger(ino) && ino >= INODE_FIRST_ALLOCATED, `a fresh inode number, got ${ino}`);
+        assert.deepEqual(c1, { version: { name: 'm/a', version: 1, sha256: sha(1), sizeBytes: 10, timeMs: T0_MS, ino }, released: [] });
+        assert.deepEqual(c2.version, { name: 'm/a', version: 2, sha256: sha(2), sizeBytes: 20, timeMs: T0_MS + 1, ino });
+        assert.deepEqual(c3.version, { name: 'm/a', version: 3, sha256: sha(3), sizeBytes: 30, timeMs: T0_MS + 2, ino });
 
         assert.deepEqual(await engine.current('m/a'), c3.version);
         assert.deepEqual(await engine.version('m/a', 1), c1.version);
@@ -288,9 +290,9 @@ export function metaConformance(label: string, open: () => Promise<MetaFixture>)
       it('moves the current content to a new name and releases the rest of the history', async function () {
         const [a, b] = [sha('a'), sha('b')];
         await engine.commit('m/src', a, 10, T0_MS, KEEP);
-        await engine.commit('m/src', b, 20, T0_MS + 1, KEEP);
+        const { ino } = (await engine.commit('m/src', b, 20, T0_MS + 1, KEEP)).version;
         const result = await engine.rename('m/src', 'm/dst', T0_MS + 10, KEEP);
-        assert.deepEqual(result, { version: { name: 'm/dst', version: 1, sha256: b, sizeBytes: 20, timeMs: T0_MS + 10 }, released: [a] });
+        assert.deepEqual(result, { version: { name: 'm/dst', version: 1, sha256: b, sizeBytes: 20, timeMs: T0_MS + 10, ino }, released: [a] });
         assert.equal(await engine.current('m/src'), undefined);
         assert.deepEqual(await engine.versions('m/src'), []);
         assert.deepEqual(await engine.current('m/dst'), result.version);
@@ -304,9 +306,10 @@ export function metaConformance(label: string, open: () => Promise<MetaFixture>)
         const [d1, d2, s] = [sha('d1'), sha('d2'), sha('s')];
         await engine.commit('m/dst', d1, 1, T0_MS, KEEP);
         await engine.commit('m/dst', d2, 2, T0_MS + 1000, KEEP);
-        await engine.commit('m/src', s, 3, T0_MS + 5, KEEP);
+        const { ino } = (await engine.commit('m/src', s, 3, T0_MS + 5, KEEP)).version;
         const result = await engine.rename('m/src', 'm/dst', T0_MS + 10, KEEP);
-        assert.deepEqual(result, { version: { name: 'm/dst', version: 3, sha256: s, sizeBytes: 3, timeMs: T0_MS + 1000 }, released: [] });
+        // The moved file keeps its number; the replaced file's versions keep theirs.
+        assert.deepEqual(result, { version: { name: 'm/dst', version: 3, sha256: s, sizeBytes: 3, timeMs: T0_MS + 1000, ino }, released: [] });
         assert.deepEqual((await engine.versions('m/dst')).map((v) => [v.version, v.sha256]), [[1, d1], [2, d2], [3, s]]);
         assert.equal(await engine.current('m/src'), undefined);
         // `from` is gone: a new commit to it starts at 1 again.
@@ -582,6 +585,51 @@ export function metaConformance(label: string, open: () => Promise<MetaFixture>)
         const before = await checkInvariants(engine);
         assert.ok(before.totals.versions > 0, 'the workload leaves something to compare');
         if (await reopen()) assert.deepEqual(await checkInvariants(engine), before);
+      });
+    });
+
+    describe('inode numbers', function () {
+      it('a new name gets a fresh number; rewrites keep it, an explicit ino replaces it, remove and commit again gives a new one', async function () {
+        const a = (await engine.commit('m/a', sha(1), 1, T0_MS, KEEP)).version.ino;
+        const b = (await engine.commit('m/b', sha(1), 1, T0_MS, KEEP)).version.ino;
+        assert.notEqual(a, b, 'two names with the same content are two files');
+        assert.equal((await engine.commit('m/a', sha(2), 1, T0_MS + 1, KEEP)).version.ino, a, 'a rewrite keeps the number');
+        const given = await engine.allocateInodes(1);
+        assert.equal((await engine.commit('m/a', sha(3), 1, T0_MS + 2, KEEP, given)).version.ino, given);
+        assert.equal((await engine.current('m/a'))?.ino, given);
+        assert.deepEqual((await engine.versions('m/a')).map((v) => v.ino), [a, a, given], 'each version keeps the number it was committed with');
+        await engine.remove('m/a');
+        const again = (await engine.commit('m/a', sha(1), 1, T0_MS + 3, KEEP)).version.ino;
+        assert.ok(![a, b, given].includes(again), `a re-created name is a new file, got ${again}`);
+      });
+
+      it('rename carries the number; allocateInodes never repeats a number, also across reopen', async function () {
+        const src = (await engine.commit('m/src', sha(1), 1, T0_MS, KEEP)).version.ino;
+        await engine.commit('m/dst', sha(2), 1, T0_MS, KEEP);
+        assert.equal((await engine.rename('m/src', 'm/dst', T0_MS + 1, KEEP)).version.ino, src);
+        assert.equal((await engine.current('m/dst'))?.ino, src);
+        const seen = new Set<number>([src]);
+        const take = async (count: number) => {
+          const first = await engine.allocateInodes(count);
+          for (let i = first; i < first + count; i++) {
+            assert.ok(!seen.has(i), `number ${i} handed out twice`);
+            assert.ok(i >= INODE_FIRST_ALLOCATED && i < INODE_ALLOCATED_LIMIT, `number ${i} outside the allocated range`);
+            seen.add(i);
+          }
+        };
+        await take(1);
+        await take(1000);
+        seen.add((await engine.commit('m/new', sha(3), 1, T0_MS, KEEP)).version.ino);
+        if (await reopen()) await take(10);
+        assert.ok(!seen.has((await engine.commit('m/newer', sha(4), 1, T0_MS, KEEP)).version.ino));
+      });
+
+      it('rejects an ino outside the allocated range and counts outside [1, INODE_RESERVE_MAX]', async function () {
+        for (const bad of [0, 1, INODE_FIRST_ALLOCATED - 1, INODE_ALLOCATED_LIMIT, 1.5, -5]) {
+          await rejectsWith(engine.commit('m/a', sha(1), 1, T0_MS, KEEP, bad), 'EINVAL');
+        }
+        for (const bad of [0, -1, 1.5, INODE_RESERVE_MAX + 1]) await rejectsWith(engine.allocateInodes(bad), 'EINVAL');
+        assert.equal(await engine.current('m/a'), undefined, 'nothing committed');
       });
     });
 

@@ -4,6 +4,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import Database from 'better-sqlite3';
+import { INODE_FIRST_ALLOCATED } from '../../store/constants';
 import { isCascadeError, type ErrorCode } from '../../store/errors';
 import type { MetaEngine } from '../../store/meta';
 import { MemoryMeta } from '../../store/meta/memory';
@@ -89,14 +90,19 @@ describe('SqliteMeta', function () {
 
     const meta = SqliteMeta.open(file);
     try {
-      assert.deepEqual(await meta.current('m/synced'), { name: 'm/synced', version: 1, sha256: sha('synced'), sizeBytes: 111, timeMs: 1000 });
-      assert.deepEqual(await meta.current('m/unsynced'), {
+      const synced = await meta.current('m/synced');
+      assert.deepEqual(synced, { name: 'm/synced', version: 1, sha256: sha('synced'), sizeBytes: 111, timeMs: 1000, ino: synced?.ino });
+      const unsynced = await meta.current('m/unsynced');
+      assert.deepEqual(unsynced, {
         name: 'm/unsynced',
         version: 1,
         sha256: sha('unsynced'),
         sizeBytes: 222,
         timeMs: 2000,
+        ino: unsynced?.ino,
       });
+      assert.notEqual(synced?.ino, unsynced?.ino);
+      assert.ok(!Number.isNaN(Number(synced?.ino)) && synced!.ino >= INODE_FIRST_ALLOCATED);
       assert.deepEqual(await meta.totals(), { names: 2, versions: 2, blocks: 2, uniqueBytes: 333, logicalBytes: 333, pinnedBytes: 0 });
     } finally {
       await meta.close();
@@ -119,6 +125,37 @@ describe('SqliteMeta', function () {
       assert.equal(check.prepare('SELECT count(*) FROM versions').pluck().get(), 1);
     } finally {
       check.close();
+    }
+  });
+
+  it('migrates a schema-1 database: every name becomes a file with its own inode number, nothing lost', async function () {
+    // Schema 1 as it shipped: no inode numbers, no next_ino.
+    const raw = new Database(file);
+    raw.exec(`
+      CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+      CREATE TABLE names (name TEXT PRIMARY KEY, last_version INTEGER NOT NULL) WITHOUT ROWID;
+      CREATE TABLE versions (name TEXT NOT NULL, version INTEGER NOT NULL, sha TEXT NOT NULL, size INTEGER NOT NULL,
+        time_ms INTEGER NOT NULL, PRIMARY KEY (name, version)) WITHOUT ROWID;
+      CREATE INDEX versions_by_sha ON versions (sha);
+      CREATE TABLE blocks (sha TEXT PRIMARY KEY, size INTEGER NOT NULL, refs INTEGER NOT NULL CHECK (refs > 0), pinned INTEGER NOT NULL) WITHOUT ROWID;
+      INSERT INTO meta VALUES ('schema_version', 1), ('sync_count', 0);
+      INSERT INTO names VALUES ('m/a', 2), ('m/b', 1);
+      INSERT INTO versions VALUES ('m/a', 1, '${sha(1)}', 1, 1000), ('m/a', 2, '${sha(2)}', 2, 2000), ('m/b', 1, '${sha(1)}', 1, 3000);
+      INSERT INTO blocks VALUES ('${sha(1)}', 1, 2, 0), ('${sha(2)}', 2, 1, 1);
+    `);
+    raw.close();
+    const meta = SqliteMeta.open(file);
+    try {
+      const a = await meta.versions('m/a');
+      const b = await meta.versions('m/b');
+      assert.deepEqual(a.map((v) => [v.version, v.sha256, v.timeMs]), [[1, sha(1), 1000], [2, sha(2), 2000]]);
+      assert.equal(a[0].ino, a[1].ino, 'the versions of one name are one file');
+      assert.ok(a[0].ino >= INODE_FIRST_ALLOCATED && b[0].ino >= INODE_FIRST_ALLOCATED && a[0].ino !== b[0].ino);
+      assert.deepEqual(await meta.block(sha(2)), { sha256: sha(2), sizeBytes: 2, refs: 1, pinned: true });
+      const fresh = await meta.allocateInodes(1);
+      assert.ok(fresh > Math.max(a[0].ino, b[0].ino), 'the counter starts past the migrated numbers');
+    } finally {
+      await meta.close();
     }
   });
 
