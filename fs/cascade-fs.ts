@@ -118,6 +118,12 @@ interface Staging {
   dirty: boolean;
   /** Created or truncated and not committed since: the last release commits (possibly empty) content. */
   pending: boolean;
+  /**
+   * A close() returned on the session while it was still pending and unwritten (`: > f`, or a shell
+   * redirect before its command writes): from then until the commit, new readers read the file as
+   * empty, as its size says, instead of the version the truncation replaced.
+   */
+  truncationClosed: boolean;
   handles: number;
   /** Unlinked or replaced while open: it is never committed. */
   orphaned: boolean;
@@ -196,7 +202,7 @@ export class CascadeFs implements CascadeFsOps {
   private nextHandle = 1;
   private readonly modes = new Map<string, number>();
   /** Hidden name -> the file it stands for, and the version it showed when hidden. */
-  private readonly hidden = new Map<string, { target: string; version: VersionRecord | undefined }>();
+  private readonly hidden = new Map<string, { target: string; version: VersionRecord | undefined; staging: Staging | undefined }>();
   /**
    * Files hidden by libfuse: gone from the tree, still in the store until a rename replaces them (their
    * version history continues) or their hidden name is unlinked (then they are deleted).
@@ -229,7 +235,10 @@ export class CascadeFs implements CascadeFsOps {
     const p = parse(path);
     const hid = p.kind === 'kv' ? this.hidden.get(p.rel) : undefined;
     if (hid) {
-      if (hid.version) return this.versionAttr(hid.version);
+      // A file unlinked or replaced while open (fstat of its descriptors): what its writer is
+      // writing, else the version it had; no name links to it any more.
+      if (hid.staging) return { ...this.stagingAttr(hid.staging), nlink: 0 };
+      if (hid.version) return { ...this.versionAttr(hid.version), nlink: 0 };
       return this.fileAttr(0, this.mountTimeMs, 0o644, derivedIno(`hidden:${path}`));
     }
     switch (p.kind) {
@@ -343,8 +352,10 @@ export class CascadeFs implements CascadeFsOps {
       const ino = await this.fileIno(p.rel);
       return this.openStaging(p.rel, (flags & O_ACCMODE) === O_RDWR, ino);
     }
+    // Created, or truncated and closed, but not committed yet: its content is private to its
+    // writers, so it reads as empty.
+    if (st?.truncationClosed) return this.addHandle({ kind: 'virtual', data: Buffer.alloc(0) });
     const v = await this.current(p.rel);
-    // Created but not committed yet: its content is private to its writers, so it reads as empty.
     if (!v) return this.addHandle({ kind: 'virtual', data: Buffer.alloc(0) });
     return this.addHandle({ kind: 'read', version: v, release: this.store.lease(v) });
   }
@@ -443,7 +454,9 @@ export class CascadeFs implements CascadeFsOps {
 
   async flush(handle: Handle): Promise<void> {
     const h = this.handle(handle);
-    if (h.kind === 'write' && h.staging.dirty) await this.commit(h.staging);
+    if (h.kind !== 'write') return;
+    if (h.staging.dirty) await this.commit(h.staging);
+    else if (h.staging.pending) h.staging.truncationClosed = true;
   }
 
   async fsync(handle: Handle): Promise<void> {
@@ -652,6 +665,7 @@ export class CascadeFs implements CascadeFsOps {
         gate: undefined,
         dirty: false,
         pending: true, // created or truncated: commits at the last release even if nothing is written
+        truncationClosed: false,
         handles: 0,
         orphaned: false,
         mtimeMs: Date.now(),
@@ -700,6 +714,7 @@ export class CascadeFs implements CascadeFsOps {
       st.dirty = false;
       st.pending = false;
       await this.store.put(st.name, data, sha, st.ino);
+      st.truncationClosed = false; // readers read the new version now
     } catch (e) {
       st.dirty = dirty;
       st.pending = pending;
@@ -805,11 +820,11 @@ export class CascadeFs implements CascadeFsOps {
 
   /** libfuse hides `src` (open while unlinked or replaced) under `hiddenRel`. See HIDDEN_RE. */
   private async hide(src: string, hiddenRel: string): Promise<void> {
-    const st = this.staging.get(src);
-    if (st) this.orphan(st); // a file replaced or unlinked while being written is never committed
     const version = await this.current(src);
     if (version && this.store.isPinned(version.sha256)) throw new CascadeError('EPERM', `/kv/${src} is pinned; unpin it first`);
-    this.hidden.set(hiddenRel, { target: src, version });
+    const st = this.staging.get(src);
+    if (st) this.orphan(st); // a file replaced or unlinked while being written is never committed
+    this.hidden.set(hiddenRel, { target: src, version, staging: st });
     if (version) this.pendingDelete.add(src);
     this.tree.removeFile(src);
   }

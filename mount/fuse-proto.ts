@@ -188,7 +188,7 @@ class Writer {
       .u32(nsec(a.mtimeMs))
       .u32(nsec(a.ctimeMs))
       .u32(a.mode)
-      .u32(a.nlink || 1)
+      .u32(a.nlink) // 0 for a file unlinked while open
       .u32(a.uid)
       .u32(a.gid)
       .u32(0) // rdev

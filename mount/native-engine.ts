@@ -65,7 +65,8 @@ function defaultLog(msg: string): void {
 
 /** Node id <-> path. The root is node 1 and is never forgotten. */
 export class NodeTable {
-  private readonly byId = new Map<number, { path: string; lookups: number }>();
+  /** detached: unlinked or replaced by a rename; the kernel may still hold it through open files. */
+  private readonly byId = new Map<number, { path: string; lookups: number; detached?: boolean }>();
   private readonly byPath = new Map<string, number>();
   private nextId = ROOT_ID + 1;
 
@@ -87,6 +88,11 @@ export class NodeTable {
 
   idOf(p: string): number | undefined {
     return this.byPath.get(p);
+  }
+
+  /** Whether the node's name was unlinked or replaced (it lives on through open files only). */
+  isDetached(id: number): boolean {
+    return this.byId.get(id)?.detached === true;
   }
 
   /** A lookup that succeeded: the node for `p`, its lookup count raised by one. */
@@ -115,12 +121,20 @@ export class NodeTable {
 
   /** After unlink/rmdir: the name no longer leads to the node (which keeps its path until forgotten). */
   removed(p: string): void {
+    this.detach(p);
+  }
+
+  private detach(p: string): void {
+    const id = this.byPath.get(p);
+    if (id === undefined) return;
     this.byPath.delete(p);
+    const n = this.byId.get(id);
+    if (n !== undefined && id !== ROOT_ID) n.detached = true;
   }
 
   /** After a rename: `from` and everything under it now live under `to`; a node that was at `to` is detached. */
   renamed(from: string, to: string): void {
-    this.byPath.delete(to);
+    this.detach(to);
     const moves: Array<[number, string]> = [];
     const prefix = from + '/';
     for (const [p, id] of this.byPath) {
@@ -342,7 +356,9 @@ export class NativeFuseEngine {
         r.u32();
         // fh is meaningful only with GETATTR_FH; otherwise it may hold anything.
         const fh = r.u64Big();
-        const attr = await f.getattr(this.nodes.pathOf(hdr.nodeid), (flags & P.GETATTR_FH) !== 0 ? handleOf(fh) : undefined);
+        const handle = (flags & P.GETATTR_FH) !== 0 ? handleOf(fh) : undefined;
+        if (this.nodes.isDetached(hdr.nodeid)) return P.attrOut(await this.detachedAttr(hdr.nodeid, handle), VALIDITY);
+        const attr = await f.getattr(this.nodes.pathOf(hdr.nodeid), handle);
         return P.attrOut(attr, VALIDITY);
       }
       case P.Op.SETATTR:
@@ -487,6 +503,25 @@ export class NativeFuseEngine {
       default:
         throw new CascadeError('ENOSYS', `opcode ${hdr.opcode} is not implemented`);
     }
+  }
+
+  /**
+   * fstat of a file unlinked or replaced while open: its path now names another file or nothing, so
+   * the attributes come from an open handle of the node (the version a reader holds, the buffer a
+   * writer fills), with nlink 0, as on a local filesystem.
+   */
+  private async detachedAttr(nodeid: number, handle: Handle | undefined): Promise<FileAttr> {
+    let fh = handle;
+    if (fh === undefined) {
+      for (const [h, o] of this.opens) {
+        if (o.nodeid === nodeid) {
+          fh = h;
+          break;
+        }
+      }
+    }
+    if (fh === undefined) throw new CascadeError('ENOENT', `${this.nodes.pathOf(nodeid)} was removed`);
+    return { ...(await this.fsOps.getattr(this.nodes.pathOf(nodeid), fh)), nlink: 0 };
   }
 
   private openFlags(): number {

@@ -139,6 +139,19 @@ describe('CascadeFs (no kernel)', function () {
     assert.deepEqual((await store.versions('m/empty')).map((v) => v.sizeBytes), [0], 'touch commits an empty file at release');
   });
 
+  it('an O_TRUNC reopen closed without writes reads as empty at once, though it commits at release', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/t', Buffer.from('old content'));
+    const h = await fs.open('/kv/m/t', O_WRONLY | O_TRUNC);
+    assert.equal((await readFile(fs, '/kv/m/t')).toString(), 'old content', 'before close: the committed version');
+    await fs.flush(h); // close() returned; the release may come later
+    assert.equal((await fs.getattr('/kv/m/t')).sizeBytes, 0);
+    assert.equal((await readFile(fs, '/kv/m/t')).length, 0, 'after close: empty, as its size says');
+    await fs.release(h);
+    assert.deepEqual((await store.versions('m/t')).map((v) => v.sizeBytes), [11, 0]);
+    assert.equal((await readFile(fs, '/kv/m/t')).length, 0);
+  });
+
   it('touch then link: the link wins over the unwritten empty file', async () => {
     await fs.mkdir('/kv/m', 0o755);
     const data = Buffer.from('linked content');
