@@ -15,7 +15,10 @@ export interface FileAttr {
   mtimeMs: number;
   ctimeMs: number;
   atimeMs: number;
-  /** Stable per version: a new version gets a new number, so kernel caches can tell them apart. */
+  /**
+   * The file's inode number: kept by rewrites and renames, new for a file created after an unlink,
+   * never reused (docs/SEMANTICS.md, "Inode numbers").
+   */
   ino: number;
 }
 
