@@ -390,24 +390,24 @@ def _(c, want):
     check(not os.path.exists(d + "/part"), "old name gone")
 
 
-@row("rename.noreplace-existing", "EEXIST")
-def _(c, want):
-    d = c.dir("rename.noreplace-existing")
+def renameat2_both_intact(c, row_id, want, flags):
+    """renameat2(a, b, flags) between two existing files; both must be intact afterwards."""
+    d = c.dir(row_id)
     write_file(d + "/a", b"a")
     write_file(d + "/b", b"b")
-    AT_FDCWD, RENAME_NOREPLACE = -100, 1
-    expect(want, libc_call, "renameat2", AT_FDCWD, (d + "/a").encode(), AT_FDCWD, (d + "/b").encode(), RENAME_NOREPLACE)
+    AT_FDCWD = -100
+    expect(want, libc_call, "renameat2", AT_FDCWD, (d + "/a").encode(), AT_FDCWD, (d + "/b").encode(), flags)
     check(read_file(d + "/a") == b"a" and read_file(d + "/b") == b"b", "both intact")
+
+
+@row("rename.noreplace-existing", "EEXIST")
+def _(c, want):
+    renameat2_both_intact(c, "rename.noreplace-existing", want, 1)  # RENAME_NOREPLACE
 
 
 @row("rename.exchange", "EINVAL")
 def _(c, want):
-    d = c.dir("rename.exchange")
-    write_file(d + "/a", b"a")
-    write_file(d + "/b", b"b")
-    AT_FDCWD, RENAME_EXCHANGE = -100, 2
-    expect(want, libc_call, "renameat2", AT_FDCWD, (d + "/a").encode(), AT_FDCWD, (d + "/b").encode(), RENAME_EXCHANGE)
-    check(read_file(d + "/a") == b"a" and read_file(d + "/b") == b"b", "both intact")
+    renameat2_both_intact(c, "rename.exchange", want, 2)  # RENAME_EXCHANGE
 
 
 @row("rename.directory", "ok")
