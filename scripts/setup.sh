@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # libfuse2: fuse-native's prebuilt binary links libfuse.so.2. fuse: fusermount (mount/unmount).
 # Not fuse3: it replaces the fuse package and breaks fusermount for libfuse2. attr: setfattr/getfattr.
 # cmake + libssl-dev: the native addon (native/, built by cmake-js; SHA-256 from OpenSSL's libcrypto).
-APT_PACKAGES=(g++ make cmake python3 util-linux coreutils ca-certificates libfuse2 fuse attr libssl-dev)
+# redis-server (with redis-cli): the metadata engine for many nodes; its tests start their own servers.
+APT_PACKAGES=(g++ make cmake python3 util-linux coreutils ca-certificates libfuse2 fuse attr libssl-dev redis-server)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -20,6 +21,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The Debian package may start a redis-server service on port 6379; Cascade and its tests run their own.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet redis-server 2>/dev/null; then
+  systemctl stop redis-server || true
 fi
 
 node_major=$(node -p 'process.versions.node.split(".")[0]')

@@ -1,0 +1,535 @@
+/**
+ * RedisMeta: the metadata engine on Redis, for many nodes sharing one namespace (ioredis client).
+ *
+ * Every mutation is one Lua script, so it is atomic: Redis runs a script with nothing interleaved. A
+ * script that fails at run time keeps what it wrote before failing (Redis has no rollback), so each
+ * script checks everything that can fail before its first write, as MemoryMeta does.
+ *
+ * Key layout. Every key of one namespace carries the hash tag `{<namespace>}`, so on Redis Cluster all
+ * of them live in one slot and a script may touch any of them (a commit touches a name, a block and the
+ * totals at once). One namespace is served by one master; several namespaces spread over the masters.
+ * This is how JuiceFS lays out one volume on Redis Cluster.
+ *
+ *   <P> = cascade:{<ns>}:
+ *   <P>names        sorted set, every score 0: the names, in byte order (ZRANGEBYLEX = code point order)
+ *   <P>last         hash name -> highest version number given (numbers are not reused while it exists)
+ *   <P>v:<name>     sorted set of retained versions, score = version, member "v:sha:size:timeMs:ino"
+ *   <P>b:<sha>      hash size, refs, pinned: one per content referenced by a retained version
+ *   <P>s:<sha>      set of "<name>\0<version>": the versions that reference the content (for forget)
+ *   <P>blocks       set of every content with a block row
+ *   <P>totals       hash names, versions, blocks, unique, logical, pinned
+ *   <P>next_ino     the inode number counter
+ *
+ * Durability: a reply means Redis applied the script. For it to survive a crash of Redis, run Redis
+ * with `appendonly yes` and `appendfsync always`, as the tests do; sync() then has nothing left to wait
+ * for. With `appendfsync everysec` up to a second of commits can be lost when Redis (not Cascade) dies.
+ */
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { INODE_ALLOCATED_LIMIT, INODE_FIRST_ALLOCATED } from '../constants';
+import { assert, CascadeError, isCascadeError } from '../errors';
+import type { BlockRecord, CommitResult, ListOptions, MetaEngine, MetaTotals, VersionRecord } from '../meta';
+import {
+  checkCommitArgs,
+  checkIno,
+  checkInodeCount,
+  checkKeepVersions,
+  checkListArgs,
+  checkName,
+  checkTimeMs,
+  closedError,
+  prefixUpperBound,
+} from './memory';
+
+/** A namespace is one key tag: short, and nothing that could end the tag or confuse a key. */
+const NAMESPACE_RE = /^[A-Za-z0-9_.-]{1,64}$/;
+/** How long a command may wait for Redis before the call fails with EIO (a commit must not hang). */
+const COMMAND_TIMEOUT_MS = 5_000;
+/** How long connect() waits for Redis to answer. */
+const CONNECT_TIMEOUT_MS = 5_000;
+
+export interface RedisMetaOptions {
+  /** One server (`redis://host:port`) or the seed nodes of a Redis Cluster. */
+  nodes: Array<{ host: string; port: number }>;
+  cluster?: boolean;
+  /** Which Cascade namespace (all nodes of one Cascade use the same). */
+  namespace: string;
+  password?: string;
+}
+
+/** Parses `redis://[:password@]host:port[,host:port...][/namespace]`; several hosts mean a cluster. */
+export function parseRedisUrl(url: string, namespaceDefault = 'cascade'): RedisMetaOptions {
+  const m = /^redis(\+cluster)?:\/\/(?:(?:[^:@/]*):([^@/]*)@)?([^/]+?)(?:\/([^/]*))?$/.exec(url);
+  if (!m) throw new CascadeError('EINVAL', `bad Redis URL ${JSON.stringify(url)}: expected redis://host:port[/namespace]`);
+  const nodes = m[3].split(',').map((hp) => {
+    const hm = /^([^:]+|\[[0-9a-fA-F:]+\]):(\d{1,5})$/.exec(hp);
+    const port = hm ? Number(hm[2]) : NaN;
+    if (!hm || port < 1 || port > 65535) throw new CascadeError('EINVAL', `bad Redis address ${JSON.stringify(hp)} in ${url}: expected host:port`);
+    return { host: hm[1].replace(/^\[|\]$/g, ''), port };
+  });
+  const namespace = m[4] || namespaceDefault;
+  if (!NAMESPACE_RE.test(namespace)) throw new CascadeError('EINVAL', `bad namespace ${JSON.stringify(namespace)}: letters, digits, _ . - (1-64)`);
+  return { nodes, cluster: m[1] !== undefined || nodes.length > 1, namespace, password: m[2] ? decodeURIComponent(m[2]) : undefined };
+}
+
+// ---- the scripts ----------------------------------------------------------------------------------
+// ARGV[1] is always the key prefix <P>; KEYS[1] is <P>totals (it routes the script to the slot).
+// Numbers go to redis.call as strings made with %d: Lua numbers are doubles, and the default
+// conversion may print 1.7e+12.
+
+const LUA_COMMON = `
+local P = ARGV[1]
+local T = KEYS[1]
+local function s(n) return string.format('%d', n) end
+local function vkey(name) return P .. 'v:' .. name end
+local function bkey(sha) return P .. 'b:' .. sha end
+local function skey(sha) return P .. 's:' .. sha end
+local function parse(member)
+  local v, sha, size, t, ino = string.match(member, '^(%d+):(%x+):(%d+):(%d+):(%d+)$')
+  return tonumber(v), sha, tonumber(size), tonumber(t), tonumber(ino)
+end
+local function unref(sha, released)
+  local bk = bkey(sha)
+  local refs = redis.call('HINCRBY', bk, 'refs', -1)
+  if refs > 0 then return end
+  local size = tonumber(redis.call('HGET', bk, 'size'))
+  if redis.call('HGET', bk, 'pinned') == '1' then redis.call('HINCRBY', T, 'pinned', s(-size)) end
+  redis.call('DEL', bk)
+  redis.call('SREM', P .. 'blocks', sha)
+  redis.call('HINCRBY', T, 'blocks', -1)
+  redis.call('HINCRBY', T, 'unique', s(-size))
+  table.insert(released, sha)
+end
+-- Checks before any write: known content must keep its size.
+local function check_size(sha, size)
+  local known = redis.call('HGET', bkey(sha), 'size')
+  if known and tonumber(known) ~= size then
+    return redis.error_reply('ASSERT block ' .. sha .. ' committed with size ' .. s(size) .. ', known as ' .. known)
+  end
+end
+local function take_inodes(count)
+  local first = tonumber(redis.call('GET', P .. 'next_ino') or '${INODE_FIRST_ALLOCATED}')
+  if first + count > ${INODE_ALLOCATED_LIMIT} then return nil end
+  redis.call('SET', P .. 'next_ino', s(first + count))
+  return first
+end
+local function add_version(name, sha, size, t, keep, ino, released)
+  local bk = bkey(sha)
+  if redis.call('EXISTS', bk) == 0 then
+    redis.call('HSET', bk, 'size', s(size), 'refs', '1', 'pinned', '0')
+    redis.call('SADD', P .. 'blocks', sha)
+    redis.call('HINCRBY', T, 'blocks', 1)
+    redis.call('HINCRBY', T, 'unique', s(size))
+  else
+    redis.call('HINCRBY', bk, 'refs', 1)
+  end
+  local last = redis.call('HGET', P .. 'last', name)
+  if not last then
+    last = 0
+    redis.call('ZADD', P .. 'names', '0', name)
+    redis.call('HINCRBY', T, 'names', 1)
+  end
+  local vk = vkey(name)
+  local prev = redis.call('ZRANGE', vk, -1, -1)
+  if prev[1] then
+    local _, _, _, pt = parse(prev[1])
+    if pt > t then t = pt end
+  end
+  local v = tonumber(last) + 1
+  redis.call('HSET', P .. 'last', name, s(v))
+  redis.call('ZADD', vk, s(v), s(v) .. ':' .. sha .. ':' .. s(size) .. ':' .. s(t) .. ':' .. s(ino))
+  redis.call('SADD', skey(sha), name .. '\\0' .. s(v))
+  redis.call('HINCRBY', T, 'versions', 1)
+  redis.call('HINCRBY', T, 'logical', s(size))
+  local n = redis.call('ZCARD', vk)
+  if n > keep then
+    for _, m in ipairs(redis.call('ZRANGE', vk, 0, n - keep - 1)) do
+      local ov, osha, osize = parse(m)
+      redis.call('ZREM', vk, m)
+      redis.call('SREM', skey(osha), name .. '\\0' .. s(ov))
+      redis.call('HINCRBY', T, 'versions', -1)
+      redis.call('HINCRBY', T, 'logical', s(-osize))
+      unref(osha, released)
+    end
+  end
+  return { v, t, ino }
+end
+local function drop_name(name, released)
+  local vk = vkey(name)
+  for _, m in ipairs(redis.call('ZRANGE', vk, 0, -1)) do
+    local ov, osha, osize = parse(m)
+    redis.call('SREM', skey(osha), name .. '\\0' .. s(ov))
+    redis.call('HINCRBY', T, 'versions', -1)
+    redis.call('HINCRBY', T, 'logical', s(-osize))
+    unref(osha, released)
+  end
+  redis.call('DEL', vk)
+  redis.call('HDEL', P .. 'last', name)
+  redis.call('ZREM', P .. 'names', name)
+  redis.call('HINCRBY', T, 'names', -1)
+end
+local function head_ino(name)
+  local head = redis.call('ZRANGE', vkey(name), -1, -1)
+  if head[1] then local _, _, _, _, ino = parse(head[1]); return ino end
+end
+`;
+
+/** commit(name, sha, size, time, keep, ino or '') -> { version, time, ino, released... } */
+const LUA_COMMIT = `${LUA_COMMON}
+local name, sha, size, t, keep = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local err = check_size(sha, size)
+if err then return err end
+local ino = tonumber(ARGV[7]) or head_ino(name) or take_inodes(1)
+if not ino then return redis.error_reply('ENOSPC inode numbers are used up') end
+local released = {}
+local r = add_version(name, sha, size, t, keep, ino, released)
+for _, x in ipairs(released) do table.insert(r, x) end
+return r
+`;
+
+/** rename(from, to, time, keep) -> { version, time, ino, sha, size, released... } */
+const LUA_RENAME = `${LUA_COMMON}
+local from, to, t, keep = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local head = redis.call('ZRANGE', vkey(from), -1, -1)
+if not head[1] then return redis.error_reply('ENOENT no such name: ' .. from) end
+local hv, sha, size, ht, ino = parse(head[1])
+if from == to then return { hv, ht, ino, sha, size } end
+local released = {}
+-- Add to \`to\` first: the moved content gains a reference before \`from\` drops its own.
+local r = add_version(to, sha, size, t, keep, ino, released)
+drop_name(from, released)
+table.insert(r, sha)
+table.insert(r, size)
+for _, x in ipairs(released) do table.insert(r, x) end
+return r
+`;
+
+/** remove(name) -> { released... } */
+const LUA_REMOVE = `${LUA_COMMON}
+local name = ARGV[2]
+if not redis.call('HGET', P .. 'last', name) then return redis.error_reply('ENOENT no such name: ' .. name) end
+local released = {}
+drop_name(name, released)
+return released
+`;
+
+/** setPinned(sha, 0|1) */
+const LUA_PIN = `${LUA_COMMON}
+local sha, pinned = ARGV[2], ARGV[3]
+local bk = bkey(sha)
+local row = redis.call('HMGET', bk, 'size', 'pinned')
+if not row[1] then return redis.error_reply('ENOENT no such block: ' .. sha) end
+if row[2] == pinned then return 0 end
+redis.call('HSET', bk, 'pinned', pinned)
+local size = tonumber(row[1])
+if pinned == '1' then redis.call('HINCRBY', T, 'pinned', s(size)) else redis.call('HINCRBY', T, 'pinned', s(-size)) end
+return 1
+`;
+
+/** forget(sha) -> removed version count */
+const LUA_FORGET = `${LUA_COMMON}
+local sha = ARGV[2]
+local bk = bkey(sha)
+local refs = tonumber(redis.call('HGET', bk, 'refs') or '0')
+local members = redis.call('SMEMBERS', skey(sha))
+if #members ~= refs then
+  return redis.error_reply('ASSERT block ' .. sha .. ' has refs ' .. s(refs) .. ' but ' .. s(#members) .. ' versions')
+end
+for _, m in ipairs(members) do
+  local name, v = string.match(m, '^(.*)%z(%d+)$')
+  local vk = vkey(name)
+  local found = redis.call('ZRANGEBYSCORE', vk, v, v)
+  local _, _, size = parse(found[1])
+  redis.call('ZREMRANGEBYSCORE', vk, v, v)
+  redis.call('HINCRBY', T, 'versions', -1)
+  redis.call('HINCRBY', T, 'logical', s(-size))
+  -- A name whose every version went no longer exists (its numbering restarts, as after remove).
+  if redis.call('ZCARD', vk) == 0 and redis.call('HDEL', P .. 'last', name) == 1 then
+    redis.call('ZREM', P .. 'names', name)
+    redis.call('HINCRBY', T, 'names', -1)
+  end
+end
+redis.call('DEL', skey(sha))
+if refs > 0 then
+  local size = tonumber(redis.call('HGET', bk, 'size'))
+  if redis.call('HGET', bk, 'pinned') == '1' then redis.call('HINCRBY', T, 'pinned', s(-size)) end
+  redis.call('DEL', bk)
+  redis.call('SREM', P .. 'blocks', sha)
+  redis.call('HINCRBY', T, 'blocks', -1)
+  redis.call('HINCRBY', T, 'unique', s(-size))
+end
+return #members
+`;
+
+/** allocateInodes(count) -> first */
+const LUA_INODES = `${LUA_COMMON}
+local first = take_inodes(tonumber(ARGV[2]))
+if not first then return redis.error_reply('ENOSPC inode numbers are used up') end
+return first
+`;
+
+type Client = Redis | Cluster;
+interface Scripts {
+  cascadeCommit(totals: string, ...args: string[]): Promise<Array<number | string>>;
+  cascadeRename(totals: string, ...args: string[]): Promise<Array<number | string>>;
+  cascadeRemove(totals: string, ...args: string[]): Promise<string[]>;
+  cascadePin(totals: string, ...args: string[]): Promise<number>;
+  cascadeForget(totals: string, ...args: string[]): Promise<number>;
+  cascadeInodes(totals: string, ...args: string[]): Promise<number>;
+}
+
+function parseMember(name: string, member: string): VersionRecord {
+  const m = /^(\d+):([0-9a-f]{64}):(\d+):(\d+):(\d+)$/.exec(member);
+  assert(m !== null, `malformed version entry ${JSON.stringify(member)} of ${name}`);
+  return { name, version: Number(m[1]), sha256: m[2], sizeBytes: Number(m[3]), timeMs: Number(m[4]), ino: Number(m[5]) };
+}
+
+/** Errors from Redis: ours (ENOENT/ENOSPC/ASSERT from the scripts), else the connection's: EIO. */
+function mapError(e: unknown): unknown {
+  if (isCascadeError(e)) return e;
+  const message = e instanceof Error ? e.message : String(e);
+  const code = /^(?:ERR )?(?:Error running script[^:]*: )?(?:@user_script:\d+: )?(ENOENT|ENOSPC|ASSERT) (.*)$/s.exec(message);
+  if (code?.[1] === 'ASSERT') assert(false, code[2]);
+  if (code) return new CascadeError(code[1] as 'ENOENT' | 'ENOSPC', code[2]);
+  return new CascadeError('EIO', `metadata on Redis: ${message}`, { cause: e });
+}
+
+export class RedisMeta implements MetaEngine {
+  readonly kind = 'redis';
+  private closed = false;
+  private readonly prefix: string;
+  private readonly totalsKey: string;
+
+  private constructor(
+    private readonly client: Client,
+    readonly namespace: string,
+  ) {
+    this.prefix = `cascade:{${namespace}}:`;
+    this.totalsKey = `${this.prefix}totals`;
+    for (const [name, lua] of [
+      ['cascadeCommit', LUA_COMMIT],
+      ['cascadeRename', LUA_RENAME],
+      ['cascadeRemove', LUA_REMOVE],
+      ['cascadePin', LUA_PIN],
+      ['cascadeForget', LUA_FORGET],
+      ['cascadeInodes', LUA_INODES],
+    ] as const) {
+      client.defineCommand(name, { numberOfKeys: 1, lua });
+    }
+  }
+
+  /** Connects and checks that Redis answers; EIO (with the address) when it does not. */
+  static async connect(options: RedisMetaOptions): Promise<RedisMeta> {
+    if (!NAMESPACE_RE.test(options.namespace)) throw new CascadeError('EINVAL', `bad namespace ${JSON.stringify(options.namespace)}`);
+    if (options.nodes.length === 0) throw new CascadeError('EINVAL', 'no Redis address');
+    const common: RedisOptions = {
+      password: options.password,
+      lazyConnect: true,
+      connectTimeout: CONNECT_TIMEOUT_MS,
+      commandTimeout: COMMAND_TIMEOUT_MS,
+      // Fail calls while disconnected instead of queueing them without bound.
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 1,
+    };
+    const client: Client = options.cluster
+      ? new Cluster(options.nodes, { redisOptions: common, lazyConnect: true, enableOfflineQueue: false, clusterRetryStrategy: (n) => (n > 3 ? null : 200) })
+      : new Redis({ ...common, host: options.nodes[0].host, port: options.nodes[0].port, retryStrategy: (n) => Math.min(n * 200, 2_000) });
+    // ioredis reports connection errors as events too; they reach callers as rejected commands.
+    client.on('error', () => {});
+    const where = options.nodes.map((n) => `${n.host}:${n.port}`).join(',');
+    try {
+      await client.connect();
+      await client.ping();
+    } catch (e) {
+      client.disconnect();
+      throw new CascadeError('EIO', `cannot reach Redis at ${where}: ${(e as Error).message}`, { cause: e });
+    }
+    return new RedisMeta(client, options.namespace);
+  }
+
+  private get scripts(): Scripts {
+    return this.client as unknown as Scripts;
+  }
+
+  private key(suffix: string): string {
+    return this.prefix + suffix;
+  }
+
+  private async guard<T>(body: () => Promise<T>): Promise<T> {
+    if (this.closed) throw closedError(this.kind);
+    try {
+      return await body();
+    } catch (e) {
+      throw mapError(e);
+    }
+  }
+
+  async current(name: string): Promise<VersionRecord | undefined> {
+    return this.guard(async () => {
+      checkName(name);
+      const [m] = await this.client.zrange(this.key(`v:${name}`), '-1', '-1');
+      return m === undefined ? undefined : parseMember(name, m);
+    });
+  }
+
+  async version(name: string, version: number): Promise<VersionRecord | undefined> {
+    return this.guard(async () => {
+      checkName(name);
+      if (!Number.isSafeInteger(version)) return undefined;
+      const [m] = await this.client.zrangebyscore(this.key(`v:${name}`), version, version);
+      return m === undefined ? undefined : parseMember(name, m);
+    });
+  }
+
+  async versionAt(name: string, timeMs: number): Promise<VersionRecord | undefined> {
+    const all = await this.versions(name);
+    // timeMs never decreases along versions, so the newest match is the last one from the end.
+    for (let i = all.length - 1; i >= 0; i--) if (all[i].timeMs <= timeMs) return all[i];
+    return undefined;
+  }
+
+  async versions(name: string): Promise<VersionRecord[]> {
+    return this.guard(async () => {
+      checkName(name);
+      return (await this.client.zrange(this.key(`v:${name}`), '0', '-1')).map((m) => parseMember(name, m));
+    });
+  }
+
+  async commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number, ino?: number): Promise<CommitResult> {
+    return this.guard(async () => {
+      checkCommitArgs(name, sha256, sizeBytes, timeMs, keepVersions);
+      checkIno(ino);
+      const r = await this.scripts.cascadeCommit(
+        this.totalsKey,
+        this.prefix,
+        name,
+        sha256,
+        String(sizeBytes),
+        String(timeMs),
+        String(keepVersions),
+        ino === undefined ? '' : String(ino),
+      );
+      const [version, time, fileIno, ...released] = r;
+      return {
+        version: { name, version: Number(version), sha256, sizeBytes, timeMs: Number(time), ino: Number(fileIno) },
+        released: released.map(String),
+      };
+    });
+  }
+
+  async remove(name: string): Promise<{ released: string[] }> {
+    return this.guard(async () => {
+      checkName(name);
+      return { released: (await this.scripts.cascadeRemove(this.totalsKey, this.prefix, name)).map(String) };
+    });
+  }
+
+  async rename(from: string, to: string, timeMs: number, keepVersions: number): Promise<CommitResult> {
+    return this.guard(async () => {
+      checkName(from, 'from');
+      checkName(to, 'to');
+      checkTimeMs(timeMs);
+      checkKeepVersions(keepVersions);
+      const r = await this.scripts.cascadeRename(this.totalsKey, this.prefix, from, to, String(timeMs), String(keepVersions));
+      const [version, time, ino, sha, size, ...released] = r;
+      return {
+        version: { name: to, version: Number(version), sha256: String(sha), sizeBytes: Number(size), timeMs: Number(time), ino: Number(ino) },
+        released: released.map(String),
+      };
+    });
+  }
+
+  async allocateInodes(count: number): Promise<number> {
+    return this.guard(async () => {
+      checkInodeCount(count);
+      return Number(await this.scripts.cascadeInodes(this.totalsKey, this.prefix, String(count)));
+    });
+  }
+
+  async list(prefix: string, options: ListOptions): Promise<string[]> {
+    return this.guard(async () => {
+      checkListArgs(prefix, options);
+      if (options.limit === 0) return [];
+      // Lex ranges compare bytes (UTF-8), which is code point order, the order of compareNames().
+      const after = options.after;
+      const min = after !== undefined && Buffer.compare(Buffer.from(after), Buffer.from(prefix)) >= 0 ? `(${after}` : `[${prefix}`;
+      const bound = prefixUpperBound(prefix);
+      const max = bound === undefined ? '+' : `(${bound}`;
+      return this.client.zrangebylex(this.key('names'), min, max, 'LIMIT', '0', String(options.limit));
+    });
+  }
+
+  async block(sha256: string): Promise<BlockRecord | undefined> {
+    return this.guard(async () => this.readBlock(sha256));
+  }
+
+  private async readBlock(sha256: string): Promise<BlockRecord | undefined> {
+    const [size, refs, pinned] = await this.client.hmget(this.key(`b:${sha256}`), 'size', 'refs', 'pinned');
+    if (size === null) return undefined;
+    return { sha256, sizeBytes: Number(size), refs: Number(refs), pinned: pinned === '1' };
+  }
+
+  async setPinned(sha256: string, pinned: boolean): Promise<void> {
+    return this.guard(async () => {
+      await this.scripts.cascadePin(this.totalsKey, this.prefix, sha256, pinned ? '1' : '0');
+    });
+  }
+
+  async blocks(): Promise<BlockRecord[]> {
+    return this.guard(async () => {
+      const shas = (await this.client.smembers(this.key('blocks'))).sort();
+      const out: BlockRecord[] = [];
+      for (const sha of shas) {
+        const b = await this.readBlock(sha);
+        if (b) out.push(b);
+      }
+      return out;
+    });
+  }
+
+  async forget(sha256: string): Promise<{ removedVersions: number }> {
+    return this.guard(async () => ({ removedVersions: Number(await this.scripts.cascadeForget(this.totalsKey, this.prefix, sha256)) }));
+  }
+
+  async totals(): Promise<MetaTotals> {
+    return this.guard(async () => {
+      const t = await this.client.hgetall(this.totalsKey);
+      const n = (k: string) => Number(t[k] ?? 0);
+      return { names: n('names'), versions: n('versions'), blocks: n('blocks'), uniqueBytes: n('unique'), logicalBytes: n('logical'), pinnedBytes: n('pinned') };
+    });
+  }
+
+  /**
+   * Every earlier reply already means applied; a round trip confirms Redis is there. Durable against a
+   * crash of Redis itself when Redis runs with appendfsync always (see the header).
+   */
+  async sync(): Promise<void> {
+    return this.guard(async () => {
+      await this.client.ping();
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    try {
+      await this.client.quit();
+    } catch {
+      this.client.disconnect();
+    }
+  }
+
+  /** Removes every key of this namespace (tests and `cascade` tooling; not part of MetaEngine). */
+  async destroyNamespace(): Promise<void> {
+    return this.guard(async () => {
+      const nodes = this.client instanceof Cluster ? this.client.nodes('master') : [this.client];
+      for (const node of nodes) {
+        let cursor = '0';
+        do {
+          const [next, keys] = await node.scan(cursor, 'MATCH', `${this.prefix}*`, 'COUNT', '1000');
+          cursor = next;
+          for (const k of keys) await this.client.del(k);
+        } while (cursor !== '0');
+      }
+    });
+  }
+}
