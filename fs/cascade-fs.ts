@@ -71,6 +71,12 @@ export interface CascadeFsOptions {
   engineInfo?: () => object | undefined;
   /** Bytes all staging buffers may hold together (default: a quarter of memory, at most 8 GiB). */
   stagingCapacityBytes?: number;
+  /**
+   * Other daemons (cluster nodes) change the same namespace: a name this tree does not know is looked
+   * up in the store before it is called missing, listings come from the store, and files the store
+   * no longer has leave the tree.
+   */
+  sharedNamespace?: boolean;
   log?: (message: string) => void;
 }
 
@@ -251,7 +257,7 @@ export class CascadeFs implements CascadeFsOps {
       case 'stats':
         return this.fileAttr((await this.metaFile(p.file)).length, Date.now(), 0o444, p.file === 'stats.json' ? INO.stats : INO.client);
       case 'kv': {
-        const kind = this.tree.kindOf(p.rel);
+        const kind = (await this.kindOf(p.rel));
         if (kind === 'dir') return this.dirAttr(this.tree.info(p.rel));
         if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
         // A file with a write session open has the session's size and times, for everyone, as after
@@ -261,6 +267,8 @@ export class CascadeFs implements CascadeFsOps {
         if (st) return this.stagingAttr(st);
         const committed = await this.current(p.rel);
         if (committed) return this.versionAttr(committed);
+        // Removed or renamed away by another node: it leaves this tree too.
+        if (this.options.sharedNamespace && !this.hidden.has(p.rel)) this.tree.removeFile(p.rel);
         throw new CascadeError('ENOENT', `no such file: ${path}`);
       }
       case 'versions':
@@ -285,11 +293,14 @@ export class CascadeFs implements CascadeFsOps {
       case 'stats':
         throw new CascadeError('ENOTDIR', `${path} is a file`);
       case 'kv':
+        if (this.options.sharedNamespace) {
+          if ((await this.kindOf(p.rel)) === 'dir') await this.syncDir(p.rel);
+        }
         return [...this.tree.children(p.rel).keys()];
       case 'versions':
       case 'at': {
         if (p.rel === undefined) return ['kv'];
-        const kind = this.tree.kindOf(p.rel);
+        const kind = (await this.kindOf(p.rel));
         if (kind === 'dir') return [...this.tree.children(p.rel).keys()];
         if (kind === 'file' && p.kind === 'versions') return (await this.store.versions(p.rel)).map((v) => String(v.version));
         throw new CascadeError(kind === 'file' ? 'ENOTDIR' : 'ENOENT', `no directory ${path}`);
@@ -316,10 +327,10 @@ export class CascadeFs implements CascadeFsOps {
   async create(path: string, mode: number, _flags: number): Promise<Handle> {
     const rel = this.kvRel(path, 'create');
     this.checkFileName(rel);
-    if (this.tree.kindOf(rel) === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
+    if ((await this.kindOf(rel)) === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     // An existing file keeps its inode number (O_CREAT|O_TRUNC rewrites it); a new one gets a fresh one.
     const ino = await this.fileIno(rel);
-    const existing = this.tree.kindOf(rel);
+    const existing = (await this.kindOf(rel));
     if (existing === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     this.tree.addFile(rel);
     this.pendingDelete.delete(rel); // re-created after an unlink while open: the new file continues the name
@@ -337,7 +348,7 @@ export class CascadeFs implements CascadeFsOps {
       if (target === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
       return this.addHandle({ kind: 'read', version: target, release: this.store.lease(target) });
     }
-    const kind = this.tree.kindOf(p.rel);
+    const kind = (await this.kindOf(p.rel));
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
     const st = this.staging.get(p.rel);
@@ -368,7 +379,7 @@ export class CascadeFs implements CascadeFsOps {
     const p = parse(path);
     let v: VersionRecord | undefined;
     if (p.kind === 'kv') {
-      const kind = this.tree.kindOf(p.rel);
+      const kind = (await this.kindOf(p.rel));
       if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
       if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
       v = await this.current(p.rel);
@@ -438,7 +449,7 @@ export class CascadeFs implements CascadeFsOps {
     }
     const p = parse(path);
     if (p.kind !== 'kv') throw new CascadeError('EROFS', `${path} is read-only`);
-    const kind = this.tree.kindOf(p.rel);
+    const kind = (await this.kindOf(p.rel));
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
     const st = this.staging.get(p.rel);
@@ -495,7 +506,7 @@ export class CascadeFs implements CascadeFsOps {
       if (this.pendingDelete.delete(hid.target) && (await this.exists(hid.target))) await this.store.delete(hid.target);
       return;
     }
-    const kind = this.tree.kindOf(rel);
+    const kind = (await this.kindOf(rel));
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
     const committed = await this.exists(rel);
@@ -510,13 +521,13 @@ export class CascadeFs implements CascadeFsOps {
     const src = this.kvRel(from, 'rename');
     const dst = this.kvRel(to, 'rename');
     if (src === '' || dst === '') throw new CascadeError('EBUSY', '/kv cannot be renamed');
-    const srcKind = this.tree.kindOf(src);
+    const srcKind = (await this.kindOf(src));
     if (srcKind === undefined) throw new CascadeError('ENOENT', `no such file: ${from}`);
     if (src === dst) return;
     if (srcKind === 'file' && HIDDEN_RE.test(split(dst).base)) return this.hide(src, dst);
-    const dstKind = this.tree.kindOf(dst);
+    const dstKind = (await this.kindOf(dst));
     const { parent } = split(dst);
-    if (this.tree.kindOf(parent) !== 'dir') throw new CascadeError('ENOENT', `no directory /kv/${parent}`);
+    if ((await this.kindOf(parent)) !== 'dir') throw new CascadeError('ENOENT', `no directory /kv/${parent}`);
     if (srcKind === 'dir') return this.renameDir(src, dst, dstKind);
     this.checkFileName(dst);
     if (dstKind === 'dir') throw new CascadeError('EISDIR', `${to} is a directory`);
@@ -543,13 +554,13 @@ export class CascadeFs implements CascadeFsOps {
     // Directories keep the time given (in memory). Files accept it so that touch and cp -p work, but a
     // version's time is its commit time and does not change.
     const p = parse(path);
-    if (p.kind === 'kv' && this.tree.kindOf(p.rel) === 'dir') return this.tree.setTimes(p.rel, mtimeMs);
+    if (p.kind === 'kv' && (await this.kindOf(p.rel)) === 'dir') return this.tree.setTimes(p.rel, mtimeMs);
     await this.getattr(path);
   }
 
   async chmod(path: string, mode: number): Promise<void> {
     const p = parse(path);
-    if (p.kind !== 'kv' || this.tree.kindOf(p.rel) !== 'file') {
+    if (p.kind !== 'kv' || (await this.kindOf(p.rel)) !== 'file') {
       await this.getattr(path);
       throw new CascadeError('EPERM', `${path}: only files under /kv can change mode`);
     }
@@ -613,7 +624,7 @@ export class CascadeFs implements CascadeFsOps {
 
   async listxattr(path: string): Promise<string[]> {
     const p = parse(path);
-    if (p.kind !== 'kv' || this.tree.kindOf(p.rel) !== 'file') {
+    if (p.kind !== 'kv' || (await this.kindOf(p.rel)) !== 'file') {
       await this.getattr(path);
       return [];
     }
@@ -798,6 +809,60 @@ export class CascadeFs implements CascadeFsOps {
     if (sizeBytes === 0) st.pending = true; // O_TRUNC of a file being written starts it over
   }
 
+  /**
+   * What `rel` is: the tree's answer, or with a shared namespace, on a miss, the store's (a name made
+   * by another node joins the tree, with its directories).
+   */
+  private async kindOf(rel: string): Promise<'dir' | 'file' | undefined> {
+    const known = this.tree.kindOf(rel);
+    if (known !== undefined || !this.options.sharedNamespace || rel === '') return known;
+    let kind: 'dir' | 'file' | undefined;
+    if (validName(rel) && (await this.current(rel)) !== undefined) kind = 'file';
+    else if ((await this.store.list(`${rel}/`, { limit: 1 })).length > 0) kind = 'dir';
+    if (kind === undefined) return undefined;
+    await this.adopt(rel, kind);
+    return this.tree.kindOf(rel);
+  }
+
+  /** A file or directory another node made: into the tree, with its missing directories numbered. */
+  private async adopt(rel: string, kind: 'dir' | 'file'): Promise<void> {
+    const path = kind === 'dir' ? `${rel}/\0` : rel; // a directory: as the parent of a placeholder
+    const inos: number[] = [];
+    for (let i = this.tree.missingDirs(path); i > 0; i--) inos.push(await this.inodes.take());
+    if (this.tree.kindOf(rel) !== undefined) return; // another request adopted it meanwhile
+    if (kind === 'dir') this.tree.addDirsWithParents(rel, () => inos.shift()!);
+    else this.tree.addNameWithParents(rel, () => inos.shift()!);
+  }
+
+  /**
+   * Shared namespace: bring a directory's entries in line with the store (names made or removed by
+   * other nodes). Directories made here with mkdir and files being written here stay.
+   */
+  private async syncDir(rel: string): Promise<void> {
+    const prefix = rel === '' ? '' : `${rel}/`;
+    const files = new Set<string>();
+    const dirs = new Set<string>();
+    let after: string | undefined;
+    for (;;) {
+      const page = await this.store.list(prefix, { after, limit: LIST_PAGE });
+      for (const name of page) {
+        const rest = name.slice(prefix.length);
+        const slash = rest.indexOf('/');
+        if (slash < 0) files.add(rest);
+        else dirs.add(rest.slice(0, slash));
+      }
+      if (page.length < LIST_PAGE) break;
+      after = page[page.length - 1];
+    }
+    if (this.tree.kindOf(rel) !== 'dir') return;
+    for (const [name, kind] of [...this.tree.children(rel)]) {
+      const child = prefix + name;
+      if (kind === 'file' && !files.has(name) && !this.staging.has(child)) this.tree.removeFile(child);
+    }
+    for (const name of files) if (this.tree.kindOf(prefix + name) === undefined) await this.adopt(prefix + name, 'file');
+    for (const name of dirs) if (this.tree.kindOf(prefix + name) === undefined) await this.adopt(prefix + name, 'dir');
+  }
+
   /** The inode number a write session of `rel` gets: the file's own if it exists, else a fresh one. */
   private async fileIno(rel: string): Promise<number> {
     const st = this.staging.get(rel);
@@ -866,7 +931,7 @@ export class CascadeFs implements CascadeFsOps {
       throw new CascadeError('EOPNOTSUPP', `unsupported extended attribute ${name}`);
     }
     const p = parse(path);
-    if (p.kind !== 'kv' || this.tree.kindOf(p.rel) !== 'file') {
+    if (p.kind !== 'kv' || (await this.kindOf(p.rel)) !== 'file') {
       await this.getattr(path);
       throw new CascadeError('EOPNOTSUPP', `${name} applies to files under /kv only`);
     }
@@ -875,7 +940,7 @@ export class CascadeFs implements CascadeFsOps {
 
   private async resolveVirtual(p: Extract<Parsed, { kind: 'versions' | 'at' }>): Promise<'dir' | VersionRecord> {
     if (p.rel === undefined) return 'dir';
-    const kind = this.tree.kindOf(p.rel);
+    const kind = (await this.kindOf(p.rel));
     if (kind === 'dir') return 'dir';
     if (p.kind === 'at') {
       if (kind !== 'file') throw new CascadeError('ENOENT', `no such file: /kv/${p.rel}`);
@@ -883,7 +948,7 @@ export class CascadeFs implements CascadeFsOps {
     }
     if (kind === 'file') return 'dir'; // versions/kv/<file> lists version numbers
     const { parent, base } = split(p.rel);
-    if (this.tree.kindOf(parent) !== 'file' || !/^[1-9]\d{0,15}$/.test(base)) throw new CascadeError('ENOENT', `no such version: ${p.rel}`);
+    if ((await this.kindOf(parent)) !== 'file' || !/^[1-9]\d{0,15}$/.test(base)) throw new CascadeError('ENOENT', `no such version: ${p.rel}`);
     return this.store.resolve(parent, { version: Number(base) });
   }
 
@@ -935,6 +1000,15 @@ export class CascadeFs implements CascadeFsOps {
 
   private log(message: string): void {
     (this.options.log ?? ((m: string) => process.stderr.write(`cascade: ${m}\n`)))(message);
+  }
+}
+
+function validName(rel: string): boolean {
+  try {
+    validateName(rel);
+    return true;
+  } catch {
+    return false;
   }
 }
 

@@ -128,6 +128,23 @@ export class DirTree {
     this.changed(parent);
   }
 
+  /** A directory and its missing parents (one made by another node), numbered by takeIno. */
+  addDirsWithParents(rel: string, takeIno: () => number): void {
+    const parts = rel.split('/');
+    let cur = '';
+    for (const part of parts) {
+      const next = cur === '' ? part : `${cur}/${part}`;
+      if (!this.dirs.has(next)) {
+        const p = this.dirs.get(cur)!;
+        if (p.get(part) === 'file') throw new CascadeError('ENOTDIR', `/kv/${cur}/${part} is a file`);
+        p.set(part, 'dir');
+        this.newDir(next, takeIno());
+        this.changed(cur);
+      }
+      cur = next;
+    }
+  }
+
   /** A file renamed (over dst if it exists): both directories change. */
   moveFile(src: string, dst: string): void {
     this.removeFile(src);

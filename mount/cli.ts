@@ -155,10 +155,13 @@ interface MountArgs extends CommonArgs {
   debug: boolean;
   engine: string;
   passthrough: boolean;
+  cluster?: string;
+  node?: string;
+  shared?: string;
 }
 
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
-const MOUNT_CONFIG_KEYS = ['data', 'dram', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine'] as const;
+const MOUNT_CONFIG_KEYS = ['data', 'dram', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine', 'cluster', 'node', 'shared'] as const;
 
 /**
  * Reads a mount config file for yargs (which lets command-line flags win over it). Accepts the flag
@@ -181,13 +184,15 @@ export function loadMountConfig(file: string): Record<string, unknown> {
       throw new CascadeError('EINVAL', `config file ${file}: unknown key "${rawKey}" (known: ${MOUNT_CONFIG_KEYS.join(', ')})`);
     }
     const bad = (want: string) => new CascadeError('EINVAL', `config file ${file}: "${rawKey}" must be ${want}, not ${JSON.stringify(value)}`);
-    if (key === 'data' && typeof value !== 'string') throw bad('a directory path');
+    if ((key === 'data' || key === 'shared') && typeof value !== 'string') throw bad('a directory path');
+    if ((key === 'cluster' || key === 'node') && typeof value !== 'string') throw bad('a string');
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
     if (key === 'kernel-cache' && typeof value !== 'boolean') throw bad('true or false');
     if (key === 'engine' && !(ENGINES as readonly unknown[]).includes(value)) throw bad(ENGINES.join(', '));
     // A relative data directory means relative to the config file, not to wherever mount runs.
-    out[key] = key === 'data' ? path.resolve(path.dirname(file), value as string) : typeof value === 'number' && key !== 'keep-versions' ? String(value) : value;
+    const isDir = key === 'data' || key === 'shared';
+    out[key] = isDir ? path.resolve(path.dirname(file), value as string) : typeof value === 'number' && key !== 'keep-versions' ? String(value) : value;
   }
   return out;
 }
@@ -212,6 +217,16 @@ async function mount(args: MountArgs): Promise<void> {
   if (!(ENGINES as readonly string[]).includes(args.engine)) {
     throw new CascadeError('EINVAL', `--engine must be one of ${ENGINES.join(', ')}, not ${JSON.stringify(args.engine)}`);
   }
+  if ((args.node !== undefined || args.shared !== undefined) && args.cluster === undefined) {
+    throw new CascadeError('EINVAL', '--node and --shared belong to a cluster: give --cluster redis://HOST:PORT too');
+  }
+  if (args.cluster !== undefined && args.shared === undefined) {
+    throw new CascadeError('EINVAL', '--cluster needs --shared DIR: the directory every node reads (Lustre on a cluster)');
+  }
+  const cluster =
+    args.cluster === undefined
+      ? undefined
+      : { url: args.cluster, node: args.node ?? defaultNodeName(), sharedDir: path.resolve(args.shared!) };
   // Loaded here, not at the top: only mount/unmount need fuse-native (and the system libfuse).
   const { runMount } = await import('./main');
   await runMount({
@@ -225,8 +240,14 @@ async function mount(args: MountArgs): Promise<void> {
     debug: args.debug,
     engine: args.engine as EngineChoice,
     passthrough: args.passthrough,
+    cluster,
     log: (line) => process.stderr.write(`${line}\n`),
   });
+}
+
+/** This host's short name, as a node name (letters, digits, _ . -). */
+function defaultNodeName(): string {
+  return os.hostname().split('.')[0].replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64) || 'node';
 }
 
 async function unmount(mountpoint: string): Promise<void> {
@@ -376,10 +397,18 @@ export function buildCli(argv: string[]) {
             describe:
               'native engine: FUSE passthrough for reads of committed files, which the kernel then serves from a shared-memory copy without the daemon (memory speed). While a file is open this way, opening it for writing fails with EBUSY: write a temporary file and rename it over (Linux 6.9+; default on when CASCADE_PASSTHROUGH=1)',
           })
-          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, pin-quota, keep-versions, kernel-cache, engine); flags on the command line win', deferMountConfigErrors)
+          .option('cluster', {
+            type: 'string',
+            describe:
+              'join a cluster: metadata in Redis at redis://HOST:PORT[/NAMESPACE] (several HOST:PORT, comma-separated, for a Redis Cluster); every node of one Cascade uses the same URL and --shared directory',
+          })
+          .option('node', { type: 'string', describe: 'this node\'s name in the cluster (default: the host name); one running daemon per name' })
+          .option('shared', { type: 'string', describe: 'with --cluster: the shared tier, a directory every node reads (Lustre); this node appends to <shared>/nodes/<node>/' })
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
           .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
-          .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run'),
+          .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run')
+          .example('srun --ntasks-per-node=1 $0 mount /tmp/cascade --cluster redis://head:6379/job42 --shared $SCRATCH/cascade', 'one daemon per node of a Slurm job, one namespace'),
       (a) => mount(a as unknown as MountArgs),
     )
     .command(

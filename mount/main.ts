@@ -5,7 +5,7 @@
  */
 import * as fs from 'node:fs';
 import type { CascadeFsOps } from '../fs/types';
-import { Store } from '../store/store';
+import { Store, type StoreConfig } from '../store/store';
 import { CascadeError } from '../store/errors';
 import type { EngineChoice } from './defaults';
 import { LocalServer } from './local-server';
@@ -27,6 +27,11 @@ export interface MountOptions {
   engine?: EngineChoice;
   /** Native engine: FUSE passthrough for reads of committed versions. */
   passthrough?: boolean;
+  /**
+   * One node of a cluster: metadata in Redis (`redis://host:port[/namespace]`, several hosts for a
+   * Redis Cluster), this node's segments in `<shared>/nodes/<node>/` on the shared tier.
+   */
+  cluster?: { url: string; node: string; sharedDir: string };
   log: (msg: string) => void;
   /** Tests: stop without a signal. */
   stop?: AbortSignal;
@@ -70,6 +75,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
   try {
     await clearStaleMount(mnt, (m) => log(`cascade: ${m}`));
     await fs.promises.mkdir(mnt, { recursive: true });
+    const clusterConfig = opts.cluster ? await openCluster(opts.cluster) : undefined;
     const store = await Store.open({
       dataDir: opts.dataDir,
       dramCapacityBytes: opts.dramBytes,
@@ -77,6 +83,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
       diskCapacityBytes: opts.diskBytes,
       keepVersions: opts.keepVersions,
       log: (m) => log(`cascade: ${m}`),
+      ...clusterConfig,
     });
     try {
       let local: LocalServer | undefined;
@@ -86,7 +93,10 @@ export async function runMount(opts: MountOptions): Promise<void> {
         if (!shuttingDown) {
           const mounted = await mountEngine(mnt, fsOps, store, opts);
           engine = mounted.engine;
-          log(`cascade: mounted ${mnt} (engine ${mounted.description}, data ${opts.dataDir}, DRAM ${formatBytes(opts.dramBytes)})`);
+          const where = opts.cluster
+            ? `cluster ${opts.cluster.url}, node ${opts.cluster.node}, shared tier ${opts.cluster.sharedDir}`
+            : `data ${opts.dataDir}`;
+          log(`cascade: mounted ${mnt} (engine ${mounted.description}, ${where}, DRAM ${formatBytes(opts.dramBytes)})`);
           const live = engine;
           poll = setInterval(() => {
             if (!live.isMounted()) requestStop(`${mnt} was unmounted`);
@@ -107,11 +117,18 @@ export async function runMount(opts: MountOptions): Promise<void> {
     } finally {
       await store.close();
     }
-    log(`cascade: unmounted ${mnt}; data persisted in ${opts.dataDir}`);
+    log(`cascade: unmounted ${mnt}; data persisted in ${opts.cluster ? `${opts.cluster.sharedDir}/nodes/${opts.cluster.node}` : opts.dataDir}`);
   } finally {
     for (const s of STOP_SIGNALS) process.off(s, onSignal);
     opts.stop?.removeEventListener('abort', onAbort);
   }
+}
+
+/** The Redis metadata engine (loaded only for a cluster) and the store's cluster settings. */
+async function openCluster(c: { url: string; node: string; sharedDir: string }): Promise<Pick<StoreConfig, 'metaEngine' | 'cluster'>> {
+  const { parseRedisUrl, RedisMeta } = await import('../store/meta/redis');
+  const meta = await RedisMeta.connect(parseRedisUrl(c.url));
+  return { metaEngine: meta, cluster: { node: c.node, sharedDir: c.sharedDir, directory: meta } };
 }
 
 /** The real filesystem layer, loaded on first use: tests inject their own and never load it. */
@@ -123,7 +140,14 @@ async function defaultCreateFs(
 ): Promise<CascadeFsOps> {
   const { createCascadeFs } = await import('../fs/cascade-fs');
   // Files belong to whoever runs the daemon; other users get what st_mode allows them.
-  return createCascadeFs(store, { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0, log: (m) => log(`cascade: ${m}`), clientInfo, engineInfo });
+  return createCascadeFs(store, {
+    uid: process.getuid?.() ?? 0,
+    gid: process.getgid?.() ?? 0,
+    log: (m) => log(`cascade: ${m}`),
+    clientInfo,
+    engineInfo,
+    sharedNamespace: store.clustered,
+  });
 }
 
 /** The same-node client service, where the DRAM tier is a shared mapping (the native arena). */

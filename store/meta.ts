@@ -104,3 +104,42 @@ export interface MetaEngine {
   sync(): Promise<void>;
   close(): Promise<void>;
 }
+
+// ---- cluster mode (store/meta/redis.ts implements both interfaces) ----
+
+/** Where one node holds a block on the shared tier. */
+export interface BlockPlacement {
+  node: string;
+  /** Relative to the shared directory. */
+  file: string;
+  offsetBytes: number;
+  sizeBytes: number;
+}
+
+/** What cluster nodes share beside the metadata: where blocks lie, and who is alive. */
+export interface ClusterDirectory {
+  /** MetaEngine.commit plus, atomically, where this node holds the content. */
+  commitPlaced(
+    name: string,
+    sha256: string,
+    sizeBytes: number,
+    timeMs: number,
+    keepVersions: number,
+    ino: number | undefined,
+    placement: BlockPlacement | undefined,
+  ): Promise<CommitResult>;
+  /** Record a copy of existing content (after compaction moved it, or at a node's restart). */
+  placeBlock(sha256: string, placement: BlockPlacement): Promise<void>;
+  unplaceBlock(sha256: string, node: string): Promise<void>;
+  locate(sha256: string): Promise<BlockPlacement[]>;
+  /**
+   * Take (or renew) the node's lease; false when another process holds that node name. `replacing`:
+   * the token of a holder known to be dead (this host's process that no longer runs), taken over.
+   */
+  joinNode(node: string, token: string, ttlMs: number, replacing?: string): Promise<boolean>;
+  /** The token holding the node's lease, if any. */
+  nodeHolder(node: string): Promise<string | undefined>;
+  leaveNode(node: string, token: string): Promise<void>;
+  /** Nodes whose lease is current. */
+  liveNodes(): Promise<string[]>;
+}

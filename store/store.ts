@@ -9,7 +9,9 @@
  * Durability: the flusher writes dirty blocks and fdatasyncs; a block is evictable from DRAM only once
  * its disk copy is durable, so a failed fsync loses nothing that DRAM still holds.
  */
+import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import {
   BLOCK_MAX_BYTES_DEFAULT,
@@ -23,7 +25,7 @@ import {
   PROMOTE_AFTER_READS_DEFAULT,
 } from './constants';
 import { assert, CascadeError, isCascadeError } from './errors';
-import type { MetaEngine, VersionRecord } from './meta';
+import type { BlockPlacement, ClusterDirectory, MetaEngine, VersionRecord } from './meta';
 import { MemoryMeta } from './meta/memory';
 import { SqliteMeta } from './meta/sqlite';
 import { Mover } from './mover';
@@ -33,7 +35,7 @@ import type { EvictionPolicy, PromotionPolicy } from './policy/policy';
 import { ThresholdPromotion } from './policy/promotion';
 import { KeyedLock, SingleFlight } from './singleflight';
 import { isMappedTier, type Tier, type TierName, type TierStats } from './tier';
-import { DiskSegmentTier, DiskSyncError } from './tiers/disk';
+import { DiskSegmentTier, DiskSyncError, readRecordAt } from './tiers/disk';
 import { ShmArenaTier } from './tiers/dram';
 import { MemoryTier } from './tiers/memory';
 import { NativeArenaTier } from './tiers/native-dram';
@@ -71,6 +73,13 @@ export interface StoreConfig {
   /** Injection points for tests: replace a tier, the metadata engine or the clock. */
   tiers?: { dram?: Tier; disk?: Tier };
   metaEngine?: MetaEngine;
+  /**
+   * Cluster mode: this node is one of several sharing `metaEngine` (which must also be the cluster
+   * directory, e.g. RedisMeta). Its disk tier lives in `<sharedDir>/nodes/<node>/`, every block is
+   * written through to it before its commit, and blocks this node lacks are read from other nodes'
+   * segments on the shared tier (verified). `dataDir` is not used for data then.
+   */
+  cluster?: { node: string; sharedDir: string; directory: ClusterDirectory };
   nowMs?: () => number;
   /** Where warnings go (default: stderr). */
   log?: (message: string) => void;
@@ -110,6 +119,13 @@ const LRU_MAX_ENTRIES = 1 << 20;
 const LRU_MIN_BLOCK_BYTES = 4096;
 /** Pause before the flusher retries after a disk error. */
 const FLUSH_RETRY_MS = 1000;
+/** A cluster node's lease in the directory: renewed every NODE_HEARTBEAT_MS, lost NODE_LEASE_MS after. */
+const NODE_LEASE_MS = 15_000;
+const NODE_HEARTBEAT_MS = 5_000;
+/** Placements republished at once when a node opens (each one round trip). */
+const PLACE_CONCURRENCY = 64;
+/** A node name is a directory name on the shared tier and a key part in the directory. */
+const NODE_NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 
 /** A version's content held in DRAM: where its bytes lie in the arena, until release(). */
 export interface DramHold {
@@ -163,9 +179,14 @@ export class Store {
   private flushRetry: NodeJS.Timeout | undefined;
   private closing = false;
   private closed = false;
+  /** Cluster mode: blocks in DRAM whose durable copy is another node's on the shared tier. */
+  private readonly sharedClean = new Set<string>();
+  private heartbeat: NodeJS.Timeout | undefined;
+  /** Cluster mode: this process's lease token for its node name. */
+  private readonly nodeToken: string;
 
   private readonly counters = {
-    hits: { dram: 0, disk: 0 } as Record<string, number>,
+    hits: { dram: 0, disk: 0, shared: 0 } as Record<string, number>,
     misses: 0,
     evictions: 0,
     promotions: 0,
@@ -183,7 +204,9 @@ export class Store {
     readonly disk: Tier,
     readonly meta: MetaEngine,
     private readonly config: StoreConfig,
+    nodeToken?: string,
   ) {
+    this.nodeToken = nodeToken ?? '';
     this.keepVersions = config.keepVersions ?? KEEP_VERSIONS_DEFAULT;
     this.maxBlockBytes = config.maxBlockBytes ?? BLOCK_MAX_BYTES_DEFAULT;
     this.pinQuotaBytes = config.pinQuotaBytes ?? Math.floor(dram.capacityBytes * PIN_QUOTA_FRACTION_DEFAULT);
@@ -198,9 +221,24 @@ export class Store {
 
   static async open(config: StoreConfig): Promise<Store> {
     validateConfig(config);
-    fs.mkdirSync(config.dataDir, { recursive: true });
+    const cluster = config.cluster;
+    const diskDir = cluster ? path.join(cluster.sharedDir, 'nodes', cluster.node) : config.dataDir;
+    fs.mkdirSync(diskDir, { recursive: true });
     const opened: { close(): Promise<void> }[] = [];
+    let store: Store | undefined;
     try {
+      const meta =
+        config.metaEngine ??
+        (config.meta === 'memory' ? new MemoryMeta() : await SqliteMeta.open(path.join(config.dataDir, 'meta.sqlite')));
+      opened.push(meta);
+      const token = `${os.hostname()}:${process.pid}:${crypto.randomBytes(6).toString('hex')}`;
+      // Two daemons with one node name would append to one set of segments: the second is refused,
+      // unless the holder is a process of this host that no longer runs (a daemon killed with -9).
+      if (cluster && !(await cluster.directory.joinNode(cluster.node, token, NODE_LEASE_MS, await deadHolder(cluster.directory, cluster.node)))) {
+        const holder = await cluster.directory.nodeHolder(cluster.node);
+        throw new CascadeError('EBUSY', `node name ${cluster.node} is in use by another running daemon of this cluster (${holder ?? 'lease just expired'}); pick another --node`);
+      }
+      if (cluster) opened.push({ close: () => cluster.directory.leaveNode(cluster.node, token) });
       const dram =
         config.tiers?.dram ??
         (await openDram(config));
@@ -208,17 +246,15 @@ export class Store {
       const disk =
         config.tiers?.disk ??
         (await DiskSegmentTier.open({
-          dir: config.dataDir,
+          dir: diskDir,
           capacityBytes: config.diskCapacityBytes,
           segmentTargetBytes: config.segmentTargetBytes,
+          onMoved: (keys) => store?.republish(keys),
         }));
       opened.push(disk);
-      const meta =
-        config.metaEngine ??
-        (config.meta === 'memory' ? new MemoryMeta() : await SqliteMeta.open(path.join(config.dataDir, 'meta.sqlite')));
-      opened.push(meta);
-      const store = new Store(dram, disk, meta, config);
+      store = new Store(dram, disk, meta, config, token);
       await store.reconcile();
+      store.startHeartbeat();
       return store;
     } catch (e) {
       for (const o of opened.reverse()) await o.close().catch(() => undefined);
@@ -226,7 +262,15 @@ export class Store {
     }
   }
 
+  /** Whether other nodes share this store's namespace (cluster mode). */
+  get clustered(): boolean {
+    return this.config.cluster !== undefined;
+  }
+
+  /** Where this node's data lies: the data directory, or in a cluster its directory on the shared tier. */
   get dataDir(): string {
+    const c = this.config.cluster;
+    if (c) return path.join(c.sharedDir, 'nodes', c.node);
     return this.config.dataDir;
   }
 
@@ -256,8 +300,13 @@ export class Store {
     validateSha256(sha256);
     const size = this.residentSize(sha256);
     if (size === undefined) throw new CascadeError('ENOENT', `no stored content ${sha256}`);
-    return this.commitContent(name, sha256, size, ino, () => {
-      throw new CascadeError('ENOENT', `content ${sha256} was reclaimed`);
+    return this.commitContent(name, sha256, size, ino, async () => {
+      // Only in DRAM (a cluster node's cached copy of another node's block): store it here first.
+      const data = Buffer.allocUnsafe(size);
+      if (!this.dram.has(sha256) || (await this.dram.read(sha256, 0, data)) !== size) {
+        throw new CascadeError('ENOENT', `content ${sha256} was reclaimed`);
+      }
+      await this.ingest(sha256, data);
     });
   }
 
@@ -273,7 +322,9 @@ export class Store {
     validateName(name);
     const cur = await this.meta.current(name);
     if (!cur) throw new CascadeError('ENOENT', `no such name: ${name}`);
-    if (this.pinned.has(cur.sha256)) throw new CascadeError('EPERM', `${name} is pinned; unpin it first`);
+    // In a cluster another node may have pinned it: ask the shared metadata, not this node's memory.
+    const pinned = this.config.cluster ? (await this.meta.block(cur.sha256))?.pinned === true : this.pinned.has(cur.sha256);
+    if (pinned) throw new CascadeError('EPERM', `${name} is pinned; unpin it first`);
     const { released } = await this.meta.remove(name);
     await this.reclaim(released);
   }
@@ -297,8 +348,13 @@ export class Store {
     validateName(name);
     const cur = await this.meta.current(name);
     if (!cur) throw new CascadeError('ENOENT', `no such name: ${name}`);
-    await this.makeDurable([cur.sha256]);
-    if (!this.disk.has(cur.sha256)) throw new CascadeError('EIO', `content of ${name} was lost by a failed fdatasync`);
+    // In a cluster, content this node never stored (committed by another node, then renamed or linked
+    // here) is that node's to make durable.
+    const own = !this.config.cluster || this.disk.has(cur.sha256) || this.dirty.has(cur.sha256);
+    if (own) {
+      await this.makeDurable([cur.sha256]);
+      if (!this.disk.has(cur.sha256)) throw new CascadeError('EIO', `content of ${name} was lost by a failed fdatasync`);
+    }
     await this.meta.sync();
     return cur;
   }
@@ -548,6 +604,7 @@ export class Store {
     if (this.closed || this.closing) return;
     this.closing = true;
     clearTimeout(this.flushRetry);
+    clearInterval(this.heartbeat);
     try {
       await this.mover.idle();
       await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
@@ -556,6 +613,8 @@ export class Store {
       this.closed = true;
       await this.dram.close();
       await this.disk.close();
+      const c = this.config.cluster;
+      if (c) await c.directory.leaveNode(c.node, this.nodeToken).catch((e: unknown) => this.warn(`leaving the cluster: ${String(e)}`));
       await this.meta.close();
     }
   }
@@ -565,13 +624,20 @@ export class Store {
   private async commitContent(name: string, sha: string, sizeBytes: number, ino: number | undefined, ingest: () => Promise<void>): Promise<VersionRecord> {
     // Under the content's lock, so reclamation of the same content cannot interleave.
     const result = await this.locks.with(sha, async () => {
-      if (this.residentSize(sha) === undefined) {
+      // In a cluster a commit needs this node's own durable copy (another node's copy, or a DRAM copy
+      // of it, may be reclaimed by a concurrent release).
+      const stored = this.config.cluster ? this.disk.has(sha) : this.residentSize(sha) !== undefined;
+      if (!stored) {
         await ingest();
       } else {
         this.counters.dedupHits++;
         this.counters.dedupSavedBytes += sizeBytes;
       }
-      return this.meta.commit(name, sha, sizeBytes, this.now(), this.keepVersions, ino);
+      const c = this.config.cluster;
+      if (!c) return this.meta.commit(name, sha, sizeBytes, this.now(), this.keepVersions, ino);
+      // Committed together with where this node holds the content (when it does), so a reader on
+      // another node never finds the version without a place to read it.
+      return c.directory.commitPlaced(name, sha, sizeBytes, this.now(), this.keepVersions, ino, this.placement(sha));
     });
     await this.reclaim(result.released);
     return result.version;
@@ -579,6 +645,20 @@ export class Store {
 
   private async ingest(sha: string, data: Uint8Array): Promise<void> {
     this.checkDiskRoom(data.length);
+    if (this.config.cluster) {
+      // Other nodes read the block from this node's segments as soon as it is committed: write it
+      // there first (fdatasync comes from the flusher, or from fsync), and keep a clean DRAM copy.
+      await this.disk.write(sha, data);
+      this.unsynced.add(sha);
+      this.kickFlusher();
+      if (await this.makeRoom(this.dram.footprintBytes(data.length))) {
+        await this.dram.write(sha, data);
+        this.eviction.admitted(sha);
+      } else {
+        this.counters.demotions++;
+      }
+      return;
+    }
     if (await this.makeRoom(this.dram.footprintBytes(data.length))) {
       await this.dram.write(sha, data);
       this.eviction.admitted(sha);
@@ -621,13 +701,15 @@ export class Store {
   }
 
   private evictable(key: string): boolean {
-    return !this.pinned.has(key) && !this.dramHolds.has(key) && !this.dirty.has(key) && !this.unsynced.has(key) && this.disk.has(key);
+    const durableElsewhere = this.disk.has(key) || this.sharedClean.has(key);
+    return !this.pinned.has(key) && !this.dramHolds.has(key) && !this.dirty.has(key) && !this.unsynced.has(key) && durableElsewhere;
   }
 
   private async evict(key: string): Promise<void> {
     assert(this.evictable(key), `evicting ${key} loses no data`);
     await this.dram.delete(key);
     this.eviction.removed(key);
+    this.sharedClean.delete(key);
     this.counters.evictions++;
   }
 
@@ -729,26 +811,95 @@ export class Store {
         if (!isCascadeError(e, 'ENOENT')) throw e; // evicted meanwhile: read from disk
       }
     }
-    if (!this.disk.has(sha)) {
+    const local = this.disk.has(sha);
+    if (!local && !this.config.cluster) {
       this.counters.misses++;
       throw new CascadeError('EIO', `content ${sha} is in no tier (lost after a failed fsync or a crash)`);
     }
     const whole = await this.loadFromDisk(sha, sizeBytes);
-    this.counters.hits.disk++;
+    this.counters.hits[local ? 'disk' : 'shared']++;
     const count = Math.min(target.length, sizeBytes - offsetBytes);
     target.set(whole.subarray(offsetBytes, offsetBytes + count));
     if (this.promotion.onSlowRead(sha)) this.offerPromotion(sha, whole);
     return count;
   }
 
-  /** One verified whole-block disk read, shared by all concurrent readers of the block. */
+  /**
+   * One verified whole-block disk read, shared by all concurrent readers of the block: from this node's
+   * disk tier, or in a cluster from another node's segments on the shared tier.
+   */
   private loadFromDisk(sha: string, sizeBytes: number): Promise<Buffer> {
     return this.loads.do(sha, async () => {
+      if (!this.disk.has(sha) && this.config.cluster) return this.loadFromShared(sha, sizeBytes);
       const buf = Buffer.allocUnsafe(sizeBytes);
       const n = await this.disk.read(sha, 0, buf);
       if (n !== sizeBytes) throw new CascadeError('ECORRUPT', `block ${sha}: ${n} of ${sizeBytes} bytes on disk`);
       return buf;
     });
+  }
+
+  /**
+   * Read a block from another node's segment file, checked against its SHA-256. A copy that moved
+   * (compaction) or failed its check is skipped; the placements are looked up twice (a node may be
+   * republishing a move) before the read fails with EIO. Never wrong bytes.
+   */
+  private async loadFromShared(sha: string, sizeBytes: number): Promise<Buffer> {
+    const c = this.config.cluster!;
+    const problems: string[] = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const places = (await c.directory.locate(sha)).filter((p) => p.sizeBytes === sizeBytes);
+      // Other nodes' copies first: this node's own would be in its disk tier already.
+      places.sort((a, b) => Number(a.node === c.node) - Number(b.node === c.node));
+      for (const p of places) {
+        try {
+          return await readRecordAt({ file: path.join(c.sharedDir, p.file), offsetBytes: p.offsetBytes, sizeBytes }, sha);
+        } catch (e) {
+          if (!isCascadeError(e, 'ESTALE') && !isCascadeError(e, 'ECORRUPT')) throw e;
+          problems.push(`${p.node}: ${(e as Error).message}`);
+        }
+      }
+      if (places.length === 0) break;
+    }
+    this.counters.misses++;
+    throw new CascadeError('EIO', `content ${sha} has no readable copy on the shared tier${problems.length ? ` (${problems.join('; ')})` : ''}`);
+  }
+
+  /** Where this node holds a block on the shared tier, as the directory records it. */
+  private placement(sha: string): BlockPlacement | undefined {
+    const c = this.config.cluster;
+    const loc = c && this.disk instanceof DiskSegmentTier ? this.disk.locate(sha) : undefined;
+    if (!c || !loc) return undefined;
+    return { node: c.node, file: path.relative(c.sharedDir, loc.file), offsetBytes: loc.offsetBytes, sizeBytes: loc.sizeBytes };
+  }
+
+  /** Cluster mode: record the current places of these blocks (after compaction moved them). */
+  republish(keys: string[]): void {
+    const c = this.config.cluster;
+    if (!c) return;
+    void (async () => {
+      for (let i = 0; i < keys.length; i += PLACE_CONCURRENCY) {
+        await Promise.all(
+          keys.slice(i, i + PLACE_CONCURRENCY).map(async (k) => {
+            const p = this.placement(k);
+            if (p) await c.directory.placeBlock(k, p);
+          }),
+        );
+      }
+    })().catch((e: unknown) => this.warn(`publishing block places: ${String(e)}`));
+  }
+
+  private startHeartbeat(): void {
+    const c = this.config.cluster;
+    if (!c) return;
+    this.heartbeat = setInterval(() => {
+      c.directory.joinNode(c.node, this.nodeToken, NODE_LEASE_MS).then(
+        (ok) => {
+          if (!ok) this.warn(`node ${c.node}: another daemon took this node name (its lease had expired)`);
+        },
+        (e: unknown) => this.warn(`node ${c.node}: heartbeat failed: ${String(e)}`),
+      );
+    }, NODE_HEARTBEAT_MS);
+    this.heartbeat.unref();
   }
 
   private offerPromotion(sha: string, data: Buffer): void {
@@ -757,9 +908,12 @@ export class Store {
       sizeBytes: data.length,
       run: () =>
         this.locks.with(sha, async () => {
-          if (this.closed || this.dram.has(sha) || !this.disk.has(sha)) return;
+          const shared = this.config.cluster !== undefined && !this.disk.has(sha);
+          if (this.closed || this.dram.has(sha) || (!this.disk.has(sha) && !shared)) return;
+          if (shared && (await this.meta.block(sha)) === undefined) return; // released meanwhile
           if (!(await this.makeRoom(this.dram.footprintBytes(data.length)))) return;
           await this.dram.write(sha, data);
+          if (shared) this.sharedClean.add(sha);
           this.eviction.admitted(sha);
           this.counters.promotions++;
         }),
@@ -777,6 +931,7 @@ export class Store {
       }
     }
     await this.dram.write(sha, data);
+    if (!this.disk.has(sha)) this.sharedClean.add(sha);
     this.eviction.admitted(sha);
     this.counters.promotions++;
   }
@@ -810,6 +965,7 @@ export class Store {
       await this.dram.delete(sha);
       this.eviction.removed(sha);
     }
+    this.sharedClean.delete(sha);
     await this.disk.delete(sha);
   }
 
@@ -821,8 +977,10 @@ export class Store {
   private async reconcile(): Promise<void> {
     const rows = await this.meta.blocks();
     const referenced = new Set<string>();
+    const cluster = this.config.cluster !== undefined;
     for (const row of rows) {
-      if (!this.disk.has(row.sha256) && !this.dram.has(row.sha256)) {
+      // In a cluster, content this node lacks is other nodes' (on the shared tier), not lost.
+      if (!cluster && !this.disk.has(row.sha256) && !this.dram.has(row.sha256)) {
         const { removedVersions } = await this.meta.forget(row.sha256);
         this.counters.lostVersions += removedVersions;
         continue;
@@ -838,6 +996,9 @@ export class Store {
       await this.disk.delete(key);
       this.counters.orphanBlocksRemoved++;
     }
+    // What this node holds on the shared tier, for the directory (its places may have been dropped
+    // while it was away, or moved by compaction at open).
+    if (cluster) this.republish(this.disk.scan().map((e) => e.key));
     for (const { key } of this.dram.scan()) {
       if (referenced.has(key)) this.eviction.admitted(key);
       else await this.dram.delete(key);
@@ -857,6 +1018,8 @@ export class Store {
   private tierOf(sha: string): TierName | 'none' {
     if (this.dram.has(sha)) return this.dram.name;
     if (this.disk.has(sha)) return this.disk.name;
+    // A committed block of a cluster is on the shared tier (its writer wrote it through).
+    if (this.config.cluster) return this.disk.name;
     return 'none';
   }
 
@@ -870,6 +1033,19 @@ export class Store {
 
   private warn(message: string): void {
     (this.config.log ?? ((m: string) => process.stderr.write(`cascade: ${m}\n`)))(message);
+  }
+}
+
+/** The lease token of `node` when it belongs to a process of this host that is gone, else undefined. */
+async function deadHolder(directory: ClusterDirectory, node: string): Promise<string | undefined> {
+  const holder = await directory.nodeHolder(node);
+  const m = holder === undefined ? null : /^(.*):(\d+):[0-9a-f]+$/.exec(holder);
+  if (!m || m[1] !== os.hostname()) return undefined;
+  try {
+    process.kill(Number(m[2]), 0);
+    return undefined; // alive (or not ours to signal): keep out
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'ESRCH' ? holder : undefined;
   }
 }
 
@@ -892,4 +1068,9 @@ function validateConfig(c: StoreConfig): void {
     throw new CascadeError('EINVAL', "dram must be 'native', 'shm' or 'memory'");
   }
   if (c.meta !== undefined && c.meta !== 'sqlite' && c.meta !== 'memory') throw new CascadeError('EINVAL', "meta must be 'sqlite' or 'memory'");
+  if (c.cluster !== undefined) {
+    if (!c.metaEngine) throw new CascadeError('EINVAL', 'cluster mode needs the shared metadata engine (metaEngine)');
+    if (!NODE_NAME_RE.test(c.cluster.node)) throw new CascadeError('EINVAL', `bad node name ${JSON.stringify(c.cluster.node)}: letters, digits, _ . - (1-64)`);
+    if (typeof c.cluster.sharedDir !== 'string' || c.cluster.sharedDir.length === 0) throw new CascadeError('EINVAL', 'cluster mode needs a shared directory');
+  }
 }

@@ -19,6 +19,9 @@
  *   <P>blocks       set of every content with a block row
  *   <P>totals       hash names, versions, blocks, unique, logical, pinned
  *   <P>next_ino     the inode number counter
+ *   <P>loc:<sha>    hash node -> "offset:size:file": where cluster nodes hold the block on the shared
+ *                   tier (file relative to the shared directory); deleted with the block row
+ *   <P>node:<name>  a node's lease (its token, with a TTL the node keeps renewing); <P>nodes: the names
  *
  * Durability: a reply means Redis applied the script. For it to survive a crash of Redis, run Redis
  * with `appendonly yes` and `appendfsync always`, as the tests do; sync() then has nothing left to wait
@@ -27,7 +30,9 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { INODE_ALLOCATED_LIMIT, INODE_FIRST_ALLOCATED } from '../constants';
 import { assert, CascadeError, isCascadeError } from '../errors';
-import type { BlockRecord, CommitResult, ListOptions, MetaEngine, MetaTotals, VersionRecord } from '../meta';
+import type { BlockPlacement, BlockRecord, ClusterDirectory, CommitResult, ListOptions, MetaEngine, MetaTotals, VersionRecord } from '../meta';
+
+export type { BlockPlacement, ClusterDirectory } from '../meta';
 import {
   checkCommitArgs,
   checkIno,
@@ -94,6 +99,7 @@ local function unref(sha, released)
   local size = tonumber(redis.call('HGET', bk, 'size'))
   if redis.call('HGET', bk, 'pinned') == '1' then redis.call('HINCRBY', T, 'pinned', s(-size)) end
   redis.call('DEL', bk)
+  redis.call('DEL', P .. 'loc:' .. sha)
   redis.call('SREM', P .. 'blocks', sha)
   redis.call('HINCRBY', T, 'blocks', -1)
   redis.call('HINCRBY', T, 'unique', s(-size))
@@ -173,7 +179,11 @@ local function head_ino(name)
 end
 `;
 
-/** commit(name, sha, size, time, keep, ino or '') -> { version, time, ino, released... } */
+/**
+ * commit(name, sha, size, time, keep, ino or '', [node, where]) -> { version, time, ino, released... }.
+ * With node and where, the committing node's copy on the shared tier is recorded in the same step, so
+ * no reader can see the version without a place to read it from.
+ */
 const LUA_COMMIT = `${LUA_COMMON}
 local name, sha, size, t, keep = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local err = check_size(sha, size)
@@ -182,6 +192,7 @@ local ino = tonumber(ARGV[7]) or head_ino(name) or take_inodes(1)
 if not ino then return redis.error_reply('ENOSPC inode numbers are used up') end
 local released = {}
 local r = add_version(name, sha, size, t, keep, ino, released)
+if ARGV[8] then redis.call('HSET', P .. 'loc:' .. sha, ARGV[8], ARGV[9]) end
 for _, x in ipairs(released) do table.insert(r, x) end
 return r
 `;
@@ -253,6 +264,7 @@ if refs > 0 then
   local size = tonumber(redis.call('HGET', bk, 'size'))
   if redis.call('HGET', bk, 'pinned') == '1' then redis.call('HINCRBY', T, 'pinned', s(-size)) end
   redis.call('DEL', bk)
+  redis.call('DEL', P .. 'loc:' .. sha)
   redis.call('SREM', P .. 'blocks', sha)
   redis.call('HINCRBY', T, 'blocks', -1)
   redis.call('HINCRBY', T, 'unique', s(-size))
@@ -267,6 +279,34 @@ if not first then return redis.error_reply('ENOSPC inode numbers are used up') e
 return first
 `;
 
+/** placeBlock(sha, node, "offset:size:file"): only while the block row exists (else it was released). */
+const LUA_PLACE = `${LUA_COMMON}
+local sha, node, where = ARGV[2], ARGV[3], ARGV[4]
+if redis.call('EXISTS', bkey(sha)) == 0 then return 0 end
+redis.call('HSET', P .. 'loc:' .. sha, node, where)
+return 1
+`;
+
+/**
+ * joinNode(name, token, ttlMs, replacing): 1 when the lease is ours now, 0 when another token holds
+ * it (a holder equal to `replacing`, a token of a dead process, may be replaced).
+ */
+const LUA_JOIN = `${LUA_COMMON}
+local key, token, ttl, replacing = P .. 'node:' .. ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local held = redis.call('GET', key)
+if held and held ~= token and held ~= replacing then return 0 end
+redis.call('SET', key, token, 'PX', ttl)
+redis.call('SADD', P .. 'nodes', ARGV[2])
+return 1
+`;
+
+/** leaveNode(name, token): drops the lease if it is still ours. */
+const LUA_LEAVE = `${LUA_COMMON}
+local key, token = P .. 'node:' .. ARGV[2], ARGV[3]
+if redis.call('GET', key) == token then redis.call('DEL', key) return 1 end
+return 0
+`;
+
 type Client = Redis | Cluster;
 interface Scripts {
   cascadeCommit(totals: string, ...args: string[]): Promise<Array<number | string>>;
@@ -275,6 +315,9 @@ interface Scripts {
   cascadePin(totals: string, ...args: string[]): Promise<number>;
   cascadeForget(totals: string, ...args: string[]): Promise<number>;
   cascadeInodes(totals: string, ...args: string[]): Promise<number>;
+  cascadePlace(totals: string, ...args: string[]): Promise<number>;
+  cascadeJoin(totals: string, ...args: string[]): Promise<number>;
+  cascadeLeave(totals: string, ...args: string[]): Promise<number>;
 }
 
 function parseMember(name: string, member: string): VersionRecord {
@@ -293,7 +336,7 @@ function mapError(e: unknown): unknown {
   return new CascadeError('EIO', `metadata on Redis: ${message}`, { cause: e });
 }
 
-export class RedisMeta implements MetaEngine {
+export class RedisMeta implements MetaEngine, ClusterDirectory {
   readonly kind = 'redis';
   private closed = false;
   private readonly prefix: string;
@@ -312,6 +355,9 @@ export class RedisMeta implements MetaEngine {
       ['cascadePin', LUA_PIN],
       ['cascadeForget', LUA_FORGET],
       ['cascadeInodes', LUA_INODES],
+      ['cascadePlace', LUA_PLACE],
+      ['cascadeJoin', LUA_JOIN],
+      ['cascadeLeave', LUA_LEAVE],
     ] as const) {
       client.defineCommand(name, { numberOfKeys: 1, lua });
     }
@@ -395,9 +441,23 @@ export class RedisMeta implements MetaEngine {
   }
 
   async commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number, ino?: number): Promise<CommitResult> {
+    return this.commitPlaced(name, sha256, sizeBytes, timeMs, keepVersions, ino, undefined);
+  }
+
+  /** commit(), recording in the same atomic step where the committing node holds the content. */
+  async commitPlaced(
+    name: string,
+    sha256: string,
+    sizeBytes: number,
+    timeMs: number,
+    keepVersions: number,
+    ino: number | undefined,
+    placement: BlockPlacement | undefined,
+  ): Promise<CommitResult> {
     return this.guard(async () => {
       checkCommitArgs(name, sha256, sizeBytes, timeMs, keepVersions);
       checkIno(ino);
+      const where = placement === undefined ? [] : [placement.node, `${placement.offsetBytes}:${placement.sizeBytes}:${placement.file}`];
       const r = await this.scripts.cascadeCommit(
         this.totalsKey,
         this.prefix,
@@ -407,6 +467,7 @@ export class RedisMeta implements MetaEngine {
         String(timeMs),
         String(keepVersions),
         ino === undefined ? '' : String(ino),
+        ...where,
       );
       const [version, time, fileIno, ...released] = r;
       return {
@@ -516,6 +577,55 @@ export class RedisMeta implements MetaEngine {
     } catch {
       this.client.disconnect();
     }
+  }
+
+  // ---- ClusterDirectory ----
+
+  async placeBlock(sha256: string, p: BlockPlacement): Promise<void> {
+    return this.guard(async () => {
+      await this.scripts.cascadePlace(this.totalsKey, this.prefix, sha256, p.node, `${p.offsetBytes}:${p.sizeBytes}:${p.file}`);
+    });
+  }
+
+  async unplaceBlock(sha256: string, node: string): Promise<void> {
+    return this.guard(async () => {
+      await this.client.hdel(this.key(`loc:${sha256}`), node);
+    });
+  }
+
+  async locate(sha256: string): Promise<BlockPlacement[]> {
+    return this.guard(async () => {
+      const all = await this.client.hgetall(this.key(`loc:${sha256}`));
+      const out: BlockPlacement[] = [];
+      for (const [node, where] of Object.entries(all)) {
+        const m = /^(\d+):(\d+):(.+)$/s.exec(where);
+        if (m) out.push({ node, offsetBytes: Number(m[1]), sizeBytes: Number(m[2]), file: m[3] });
+      }
+      return out;
+    });
+  }
+
+  async joinNode(node: string, token: string, ttlMs: number, replacing?: string): Promise<boolean> {
+    return this.guard(async () => (await this.scripts.cascadeJoin(this.totalsKey, this.prefix, node, token, String(ttlMs), replacing ?? '')) === 1);
+  }
+
+  async nodeHolder(node: string): Promise<string | undefined> {
+    return this.guard(async () => (await this.client.get(this.key(`node:${node}`))) ?? undefined);
+  }
+
+  async leaveNode(node: string, token: string): Promise<void> {
+    return this.guard(async () => {
+      await this.scripts.cascadeLeave(this.totalsKey, this.prefix, node, token);
+    });
+  }
+
+  async liveNodes(): Promise<string[]> {
+    return this.guard(async () => {
+      const names = (await this.client.smembers(this.key('nodes'))).sort();
+      const live: string[] = [];
+      for (const n of names) if ((await this.client.exists(this.key(`node:${n}`))) === 1) live.push(n);
+      return live;
+    });
   }
 
   /** Removes every key of this namespace (tests and `cascade` tooling; not part of MetaEngine). */

@@ -54,6 +54,18 @@ export interface DiskTierOptions {
   io?: DiskIo;
   /** Called for every record skipped at open (damaged or torn); the tier also appends it to quarantine.log. */
   onQuarantine?: (event: QuarantineEvent) => void;
+  /**
+   * Called when compaction has moved records (their copies are durable; the old file goes right after).
+   * A cluster node republishes their locations (locate()) so other nodes find them.
+   */
+  onMoved?: (keys: string[]) => void;
+}
+
+/** Where a block's record lies: its segment file, the record's start, the payload's length. */
+export interface RecordLocation {
+  file: string;
+  offsetBytes: number;
+  sizeBytes: number;
 }
 
 export interface QuarantineEvent {
@@ -211,6 +223,12 @@ export class DiskSegmentTier implements Tier {
 
   has(key: string): boolean {
     return this.index.has(key);
+  }
+
+  /** The record of a block, for readers in other processes (readRecordAt); undefined when absent. */
+  locate(key: string): RecordLocation | undefined {
+    const loc = this.index.get(key);
+    return loc === undefined ? undefined : { file: loc.segment.file, offsetBytes: loc.offsetBytes, sizeBytes: loc.sizeBytes };
   }
 
   sizeOf(key: string): number | undefined {
@@ -682,6 +700,7 @@ export class DiskSegmentTier implements Tier {
         throw failed;
       }
     }
+    if (moved.size > 0) this.options.onMoved?.([...moved.keys()]);
     while (seg.readers > 0) await new Promise((r) => setTimeout(r, 1));
     assert(![...this.index.values()].some((loc) => loc.segment === seg), 'compacted segment has no live record');
     this.segments.delete(seg.id);
@@ -691,6 +710,36 @@ export class DiskSegmentTier implements Tier {
     fsyncDir(this.segDir);
     this.fileBytes -= seg.endBytes;
     this.compactions++;
+  }
+}
+
+/**
+ * Read and check one block's record from a segment file that another process appends to (a cluster
+ * node's segments on the shared tier). ESTALE when the record is not there (moved by compaction, the
+ * file gone): the caller looks the block up again. ECORRUPT when the payload fails its SHA-256.
+ */
+export async function readRecordAt(location: RecordLocation, sha256: string): Promise<Buffer> {
+  const { file, offsetBytes, sizeBytes } = location;
+  let fd: number;
+  try {
+    fd = fs.openSync(file, 'r');
+  } catch (e) {
+    throw new CascadeError('ESTALE', `segment ${file} is gone`, { cause: e });
+  }
+  try {
+    const header = Buffer.alloc(RECORD_HEADER_BYTES);
+    if ((await readFully(fd, header, offsetBytes)) !== RECORD_HEADER_BYTES) throw new CascadeError('ESTALE', `no record at ${file}:${offsetBytes}`);
+    const h = decodeHeader(header);
+    if (typeof h === 'string' || h.sha256 !== sha256 || h.sizeBytes !== sizeBytes) {
+      throw new CascadeError('ESTALE', `the record at ${file}:${offsetBytes} is not ${sha256} (${typeof h === 'string' ? h : 'another block'})`);
+    }
+    const data = Buffer.allocUnsafe(sizeBytes);
+    const n = await readFully(fd, data, offsetBytes + RECORD_ALIGN_BYTES);
+    if (n !== sizeBytes) throw new CascadeError('ESTALE', `short record at ${file}:${offsetBytes}`);
+    if ((await sha256Hex(data)) !== sha256) throw new CascadeError('ECORRUPT', `block ${sha256} at ${file}:${offsetBytes} fails its SHA-256`);
+    return data;
+  } finally {
+    fs.closeSync(fd);
   }
 }
 

@@ -74,6 +74,38 @@ for (const cluster of [false, true]) {
       }
     });
 
+    it('cluster directory: a commit records its place atomically; releasing the content drops every place; node leases', async function () {
+      const meta = await RedisMeta.connect(options(freshNamespace()));
+      try {
+        const place = (node: string) => ({ node, file: `nodes/${node}/segments/seg-00000001.log`, offsetBytes: 4096, sizeBytes: 10 });
+        await meta.commitPlaced('m/a', sha(1), 10, 1_000, 8, undefined, place('n1'));
+        await meta.placeBlock(sha(1), place('n2'));
+        await meta.placeBlock(sha(9), place('n2')); // content without a block row: not recorded
+        assert.deepEqual((await meta.locate(sha(1))).sort((x, y) => x.node.localeCompare(y.node)), [place('n1'), place('n2')]);
+        assert.deepEqual(await meta.locate(sha(9)), []);
+        await meta.unplaceBlock(sha(1), 'n2');
+        assert.deepEqual(await meta.locate(sha(1)), [place('n1')]);
+        assert.deepEqual((await meta.remove('m/a')).released, [sha(1)]);
+        assert.deepEqual(await meta.locate(sha(1)), [], 'released content has no places left');
+
+        assert.equal(await meta.joinNode('n1', 'tok-1', 10_000), true);
+        assert.equal(await meta.joinNode('n1', 'tok-2', 10_000), false, 'a second holder is refused');
+        assert.equal(await meta.nodeHolder('n1'), 'tok-1');
+        assert.equal(await meta.joinNode('n1', 'tok-2', 10_000, 'tok-1'), true, 'a known-dead holder is replaced');
+        assert.equal(await meta.joinNode('n2', 'tok-3', 200), true);
+        assert.deepEqual(await meta.liveNodes(), ['n1', 'n2']);
+        await new Promise((r) => setTimeout(r, 400));
+        assert.deepEqual(await meta.liveNodes(), ['n1'], 'a lease not renewed expires');
+        await meta.leaveNode('n1', 'tok-1'); // not the holder any more: no effect
+        assert.deepEqual(await meta.liveNodes(), ['n1']);
+        await meta.leaveNode('n1', 'tok-2');
+        assert.deepEqual(await meta.liveNodes(), []);
+      } finally {
+        await meta.destroyNamespace();
+        await meta.close();
+      }
+    });
+
     it('namespaces are separate', async function () {
       const [a, b] = [freshNamespace(), freshNamespace()];
       const ea = await RedisMeta.connect(options(a));

@@ -1,0 +1,206 @@
+/**
+ * Several nodes, one Cascade: three `cascade mount --cluster` daemons on this machine, each with its own
+ * mountpoint, DRAM arena and node name, sharing one Redis (metadata) and one directory (the shared
+ * tier). Real daemons, a real redis-server, real tools (cp, sha256sum, python3 with direct syscalls).
+ */
+import { strict as assert } from 'node:assert';
+import { spawn, spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
+import { haveRedis, RedisServers } from '../store/redis-server';
+import { canMount, CLI, Daemon, isMounted } from './daemon';
+
+function sh(cmd: string): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync('bash', ['-c', cmd], { encoding: 'utf8', maxBuffer: 1 << 28 });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+function py(code: string, timeoutMs = 60_000): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync('python3', ['-c', code], { encoding: 'utf8', timeout: timeoutMs });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+describe('cluster: three daemons, one Redis, one shared tier', function () {
+  this.timeout(180_000);
+  let root: string;
+  let redis: RedisServers;
+  let url: string;
+  const nodes: Record<'a' | 'b' | 'c', Daemon> = {} as Record<'a' | 'b' | 'c', Daemon>;
+  const mnt = (n: 'a' | 'b' | 'c') => nodes[n].mnt;
+
+  function daemon(name: 'a' | 'b' | 'c'): Daemon {
+    const m = path.join(root, `mnt-${name}`);
+    fs.mkdirSync(m, { recursive: true });
+    return new Daemon(m, path.join(root, `data-${name}`), ['--cluster', url, '--node', name, '--shared', path.join(root, 'shared')]);
+  }
+
+  before(async function () {
+    if (!canMount(['fusermount', 'python3', 'sha256sum']) || !haveRedis()) this.skip();
+    root = tmpDir('cluster');
+    redis = await RedisServers.start(false);
+    url = `redis://127.0.0.1:${redis.ports[0]}/c${process.pid}`;
+    for (const n of ['a', 'b', 'c'] as const) {
+      nodes[n] = daemon(n);
+      await nodes[n].start();
+    }
+  });
+
+  after(async function () {
+    for (const d of Object.values(nodes)) await d.stop();
+    for (const d of Object.values(nodes)) assert.equal(isMounted(d.mnt), false, 'nothing left mounted');
+    await redis?.stop();
+    if (root) rmDir(root);
+  });
+
+  it('a file written on A reads byte-exact on B and C: same sha256, size, inode number and versions', function () {
+    const src = path.join(root, 'src.bin');
+    const data = seededBytes(11, 5 * 1024 * 1024 + 7);
+    fs.writeFileSync(src, data);
+    assert.equal(sh(`mkdir -p ${mnt('a')}/kv/llama/r0 && cp ${src} ${mnt('a')}/kv/llama/r0/block.bin`).code, 0);
+    for (const n of ['b', 'c'] as const) {
+      const f = `${mnt(n)}/kv/llama/r0/block.bin`;
+      assert.equal(sh(`sha256sum ${f}`).stdout.split(' ')[0], sha256(data), `sha256sum on ${n}`);
+      assert.equal(fs.statSync(f).ino, fs.statSync(`${mnt('a')}/kv/llama/r0/block.bin`).ino, `one file, one inode number, on ${n}`);
+      assert.equal(sh(`getfattr --only-values -n user.cascade.sha256 ${f}`).stdout, sha256(data));
+      assert.deepEqual(fs.readdirSync(`${mnt(n)}/.cascade/versions/kv/llama/r0/block.bin`), ['1']);
+    }
+  });
+
+  it('vLLM layout: O_EXCL temp file, one write, rename over the final name on A; listings and reads on C', function () {
+    const r = py(`
+import os, hashlib
+d = "${mnt('a')}/kv/vllm/llama_abc_r0/a1b/c2"
+os.makedirs(d, exist_ok=True)
+for i in range(20):
+    data = hashlib.sha256(str(i).encode()).digest() * 40000
+    tmp = d + "/.tmp-%d" % i
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    os.write(fd, data)
+    os.close(fd)
+    os.replace(tmp, d + "/%d.bin" % i)
+print("ok")
+`);
+    assert.equal(r.code, 0, r.stderr);
+    const check = py(`
+import os, hashlib
+d = "${mnt('c')}/kv/vllm/llama_abc_r0/a1b/c2"
+names = sorted(os.listdir(d))
+assert names == sorted("%d.bin" % i for i in range(20)), names
+for i in range(20):
+    with open(d + "/%d.bin" % i, "rb") as f:
+        assert f.read() == hashlib.sha256(str(i).encode()).digest() * 40000, i
+print("ok")
+`);
+    assert.equal(check.code, 0, check.stderr);
+  });
+
+  it('renames and unlinks on one node show on the others (listing, stat, ENOENT)', function () {
+    assert.equal(sh(`mkdir -p ${mnt('b')}/kv/m/ren && echo one > ${mnt('b')}/kv/m/ren/x && echo two > ${mnt('b')}/kv/m/ren/y`).code, 0);
+    assert.deepEqual(fs.readdirSync(`${mnt('a')}/kv/m/ren`).sort(), ['x', 'y']);
+    fs.renameSync(`${mnt('c')}/kv/m/ren/x`, `${mnt('c')}/kv/m/ren/z`);
+    fs.unlinkSync(`${mnt('c')}/kv/m/ren/y`);
+    assert.deepEqual(fs.readdirSync(`${mnt('a')}/kv/m/ren`).sort(), ['z']);
+    assert.equal(fs.readFileSync(`${mnt('b')}/kv/m/ren/z`, 'utf8'), 'one\n');
+    assert.throws(() => fs.readFileSync(`${mnt('b')}/kv/m/ren/y`), /ENOENT/);
+  });
+
+  it('files created on several nodes at once all exist everywhere, each with its own inode number', async function () {
+    const writers = (['a', 'b', 'c'] as const).map((n) =>
+      new Promise<number | null>((resolve) => {
+        const p = spawn('python3', [
+          '-c',
+          `
+import os
+d = "${mnt(n)}/kv/m/many"
+os.makedirs(d, exist_ok=True)
+for i in range(50):
+    with open(d + "/${n}-%d" % i, "wb") as f: f.write(b"${n}" * (1000 + i))
+`,
+        ]);
+        p.on('exit', resolve);
+      }),
+    );
+    assert.deepEqual(await Promise.all(writers), [0, 0, 0]);
+    const names = fs.readdirSync(`${mnt('a')}/kv/m/many`);
+    assert.equal(names.length, 150);
+    const inos = new Set(names.map((n) => fs.statSync(`${mnt('c')}/kv/m/many/${n}`).ino));
+    assert.equal(inos.size, 150, 'distinct inode numbers across nodes');
+  });
+
+  it('overwrites on B while C reads in a loop: every read is one whole version, never a mix', function () {
+    assert.equal(sh(`mkdir -p ${mnt('b')}/kv/m/race`).code, 0);
+    fs.writeFileSync(`${mnt('b')}/kv/m/race/f`, Buffer.alloc(1 << 20, 0));
+    const reader = spawn('python3', [
+      '-c',
+      `
+import os, time, json
+p = "${mnt('c')}/kv/m/race/f"
+reads = mixed = errors = 0
+end = time.time() + 6
+while time.time() < end:
+    try:
+        with open(p, "rb") as f: data = f.read()
+    except OSError:
+        errors += 1
+        continue
+    reads += 1
+    if len(data) != (1 << 20) or data.count(data[:1]) != len(data): mixed += 1
+print(json.dumps({"reads": reads, "mixed": mixed, "errors": errors}))
+`,
+    ]);
+    let out = '';
+    reader.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const done = new Promise<void>((resolve) => reader.on('exit', () => resolve()));
+    const w = py(
+      `
+import os, time
+d = "${mnt('b')}/kv/m/race"
+end = time.time() + 5
+i = 0
+while time.time() < end:
+    i += 1
+    v = bytes([i % 250 + 1]) * (1 << 20)
+    if i % 2:
+        with open(d + "/f", "wb") as f: f.write(v)
+    else:
+        with open(d + "/tmp", "wb") as f: f.write(v)
+        os.replace(d + "/tmp", d + "/f")
+print(i)
+`,
+      30_000,
+    );
+    assert.equal(w.code, 0, w.stderr);
+    return done.then(() => {
+      const r = JSON.parse(out) as { reads: number; mixed: number; errors: number };
+      process.stdout.write(`      cluster race: ${r.reads} reads on C, ${w.stdout.trim()} overwrites on B, ${r.mixed} mixed, ${r.errors} errors\n`);
+      assert.ok(r.reads > 20, `${r.reads} reads`);
+      assert.equal(r.mixed, 0);
+    });
+  });
+
+  it('kill -9 of B: its files stay readable on A and C from the shared tier; B restarts under its name', async function () {
+    const data = seededBytes(12, 3 * 1024 * 1024);
+    fs.mkdirSync(`${mnt('b')}/kv/m/fromb`, { recursive: true });
+    fs.writeFileSync(`${mnt('b')}/kv/m/fromb/blk`, data);
+    assert.equal(sh(`python3 -c "import os; fd = os.open('${mnt('b')}/kv/m/fromb/blk', os.O_RDONLY); os.fsync(fd)"`).code, 0);
+    await nodes.b.stop('SIGKILL');
+    for (const n of ['a', 'c'] as const) {
+      assert.equal(sha256(fs.readFileSync(`${mnt(n)}/kv/m/fromb/blk`)), sha256(data), `read on ${n} after B died`);
+    }
+    await nodes.b.start(); // the lease of the killed daemon is taken over at once (same host, dead pid)
+    assert.equal(sha256(fs.readFileSync(`${mnt('b')}/kv/m/fromb/blk`)), sha256(data));
+  });
+
+  it('a second daemon under a node name that is running is refused, naming the holder', function () {
+    const m = path.join(root, 'mnt-dup');
+    fs.mkdirSync(m, { recursive: true });
+    const r = spawnSync(process.execPath, [CLI, 'mount', m, '--dram', '64M', '--cluster', url, '--node', 'a', '--shared', path.join(root, 'shared')], {
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr, /node name a is in use/);
+    assert.equal(isMounted(m), false);
+  });
+});
