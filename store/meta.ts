@@ -118,7 +118,10 @@ export interface BlockPlacement {
 
 /** What cluster nodes share beside the metadata: where blocks lie, and who is alive. */
 export interface ClusterDirectory {
-  /** MetaEngine.commit plus, atomically, where this node holds the content. */
+  /**
+   * MetaEngine.commit plus, atomically, where this node holds the content. knownOnly: commit only if
+   * some node already stores the content (ENOENT otherwise, nothing changed): a put that moves no bytes.
+   */
   commitPlaced(
     name: string,
     sha256: string,
@@ -127,6 +130,7 @@ export interface ClusterDirectory {
     keepVersions: number,
     ino: number | undefined,
     placement: BlockPlacement | undefined,
+    knownOnly?: boolean,
   ): Promise<CommitResult>;
   /** Record a copy of existing content (after compaction moved it, or at a node's restart). */
   placeBlock(sha256: string, placement: BlockPlacement): Promise<void>;

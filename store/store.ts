@@ -298,7 +298,8 @@ export class Store {
     this.checkOpen();
     validateName(name);
     validateSha256(sha256);
-    const size = this.residentSize(sha256);
+    // In a cluster, content any node stores can be linked (the commit checks it is still stored).
+    const size = this.residentSize(sha256) ?? (this.config.cluster ? (await this.meta.block(sha256))?.sizeBytes : undefined);
     if (size === undefined) throw new CascadeError('ENOENT', `no stored content ${sha256}`);
     return this.commitContent(name, sha256, size, ino, async () => {
       // Only in DRAM (a cluster node's cached copy of another node's block): store it here first.
@@ -624,16 +625,28 @@ export class Store {
   private async commitContent(name: string, sha: string, sizeBytes: number, ino: number | undefined, ingest: () => Promise<void>): Promise<VersionRecord> {
     // Under the content's lock, so reclamation of the same content cannot interleave.
     const result = await this.locks.with(sha, async () => {
+      const c = this.config.cluster;
+      if (c && !this.disk.has(sha)) {
+        // Global dedup: content some node already stores is referenced, not sent again. The check
+        // and the new reference are one Redis step, so a concurrent release cannot slip between.
+        try {
+          const known = await c.directory.commitPlaced(name, sha, sizeBytes, this.now(), this.keepVersions, ino, undefined, true);
+          this.counters.dedupHits++;
+          this.counters.dedupSavedBytes += sizeBytes;
+          return known;
+        } catch (e) {
+          if (!isCascadeError(e, 'ENOENT')) throw e;
+        }
+      }
       // In a cluster a commit needs this node's own durable copy (another node's copy, or a DRAM copy
       // of it, may be reclaimed by a concurrent release).
-      const stored = this.config.cluster ? this.disk.has(sha) : this.residentSize(sha) !== undefined;
+      const stored = c ? this.disk.has(sha) : this.residentSize(sha) !== undefined;
       if (!stored) {
         await ingest();
       } else {
         this.counters.dedupHits++;
         this.counters.dedupSavedBytes += sizeBytes;
       }
-      const c = this.config.cluster;
       if (!c) return this.meta.commit(name, sha, sizeBytes, this.now(), this.keepVersions, ino);
       // Committed together with where this node holds the content (when it does), so a reader on
       // another node never finds the version without a place to read it.

@@ -180,19 +180,22 @@ end
 `;
 
 /**
- * commit(name, sha, size, time, keep, ino or '', [node, where]) -> { version, time, ino, released... }.
+ * commit(name, sha, size, time, keep, ino or '', node or '', where or '', knownOnly '1'|'')
+ *   -> { version, time, ino, released... }.
  * With node and where, the committing node's copy on the shared tier is recorded in the same step, so
- * no reader can see the version without a place to read it from.
+ * no reader can see the version without a place to read it from. knownOnly: commit only if the
+ * content is already stored (by any node), else ENOENT and nothing changes (global dedup).
  */
 const LUA_COMMIT = `${LUA_COMMON}
 local name, sha, size, t, keep = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local err = check_size(sha, size)
 if err then return err end
+if ARGV[10] == '1' and redis.call('EXISTS', bkey(sha)) == 0 then return redis.error_reply('ENOENT content ' .. sha .. ' is not stored') end
 local ino = tonumber(ARGV[7]) or head_ino(name) or take_inodes(1)
 if not ino then return redis.error_reply('ENOSPC inode numbers are used up') end
 local released = {}
 local r = add_version(name, sha, size, t, keep, ino, released)
-if ARGV[8] then redis.call('HSET', P .. 'loc:' .. sha, ARGV[8], ARGV[9]) end
+if ARGV[8] ~= '' then redis.call('HSET', P .. 'loc:' .. sha, ARGV[8], ARGV[9]) end
 for _, x in ipairs(released) do table.insert(r, x) end
 return r
 `;
@@ -453,11 +456,12 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
     keepVersions: number,
     ino: number | undefined,
     placement: BlockPlacement | undefined,
+    knownOnly = false,
   ): Promise<CommitResult> {
     return this.guard(async () => {
       checkCommitArgs(name, sha256, sizeBytes, timeMs, keepVersions);
       checkIno(ino);
-      const where = placement === undefined ? [] : [placement.node, `${placement.offsetBytes}:${placement.sizeBytes}:${placement.file}`];
+      const where = placement === undefined ? ['', ''] : [placement.node, `${placement.offsetBytes}:${placement.sizeBytes}:${placement.file}`];
       const r = await this.scripts.cascadeCommit(
         this.totalsKey,
         this.prefix,
@@ -468,6 +472,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
         String(keepVersions),
         ino === undefined ? '' : String(ino),
         ...where,
+        knownOnly ? '1' : '',
       );
       const [version, time, fileIno, ...released] = r;
       return {

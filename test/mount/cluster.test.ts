@@ -95,6 +95,24 @@ print("ok")
     assert.equal(check.code, 0, check.stderr);
   });
 
+  it('global dedup: content already stored on A is put on C without moving bytes; link by hash works across nodes', function () {
+    const data = seededBytes(13, 2 * 1024 * 1024);
+    const src = path.join(root, 'dup.bin');
+    fs.writeFileSync(src, data);
+    assert.equal(sh(`mkdir -p ${mnt('a')}/kv/m/dup && cp ${src} ${mnt('a')}/kv/m/dup/one`).code, 0);
+    const segBytes = () => sh(`du -sb ${root}/shared/nodes/c`).stdout.split('\t')[0];
+    const before = { seg: segBytes(), stats: JSON.parse(fs.readFileSync(`${mnt('c')}/.cascade/stats.json`, 'utf8')) };
+    assert.equal(sh(`cp ${src} ${mnt('c')}/kv/m/dup/two && sleep 0.2`).code, 0); // past the stats.json snapshot's age
+    const after = JSON.parse(fs.readFileSync(`${mnt('c')}/.cascade/stats.json`, 'utf8'));
+    assert.equal(after.dedup.hits - before.stats.dedup.hits, 1, 'one dedup hit on C');
+    assert.equal(after.dedup.savedBytes - before.stats.dedup.savedBytes, data.length);
+    assert.equal(segBytes(), before.seg, "C's segments did not grow");
+    assert.equal(sha256(fs.readFileSync(`${mnt('b')}/kv/m/dup/two`)), sha256(data));
+    fs.writeFileSync(`${mnt('b')}/kv/m/dup/three`, '');
+    assert.equal(sh(`setfattr -n user.cascade.link -v ${sha256(data)} ${mnt('b')}/kv/m/dup/three`).code, 0);
+    assert.equal(sha256(fs.readFileSync(`${mnt('c')}/kv/m/dup/three`)), sha256(data));
+  });
+
   it('renames and unlinks on one node show on the others (listing, stat, ENOENT)', function () {
     assert.equal(sh(`mkdir -p ${mnt('b')}/kv/m/ren && echo one > ${mnt('b')}/kv/m/ren/x && echo two > ${mnt('b')}/kv/m/ren/y`).code, 0);
     assert.deepEqual(fs.readdirSync(`${mnt('a')}/kv/m/ren`).sort(), ['x', 'y']);
