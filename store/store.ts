@@ -41,6 +41,7 @@ import { MemoryTier } from './tiers/memory';
 import { NativeArenaTier } from './tiers/native-dram';
 import { sha256Hex } from './hash';
 import { nativeBinding } from '../native';
+import { LRUCache } from 'lru-cache';
 
 export interface StoreConfig {
   /** Directory for the disk tier's segments and the metadata database. */
@@ -124,6 +125,8 @@ const NODE_LEASE_MS = 15_000;
 const NODE_HEARTBEAT_MS = 5_000;
 /** Placements republished at once when a node opens (each one round trip). */
 const PLACE_CONCURRENCY = 64;
+/** Blocks whose places on the shared tier a node remembers (reads still check every byte). */
+const PLACEMENT_CACHE_ENTRIES = 65_536;
 /** A node name is a directory name on the shared tier and a key part in the directory. */
 const NODE_NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 
@@ -181,6 +184,12 @@ export class Store {
   private closed = false;
   /** Cluster mode: blocks in DRAM whose durable copy is another node's on the shared tier. */
   private readonly sharedClean = new Set<string>();
+  /**
+   * Cluster mode: where other nodes hold blocks, as last looked up. An open handle's block is looked
+   * up at open, so the handle keeps reading while Redis is away; a stale entry fails its check and
+   * is looked up again.
+   */
+  private readonly placements = new LRUCache<string, BlockPlacement[]>({ max: PLACEMENT_CACHE_ENTRIES });
   private heartbeat: NodeJS.Timeout | undefined;
   /** Cluster mode: this process's lease token for its node name. */
   private readonly nodeToken: string;
@@ -393,6 +402,14 @@ export class Store {
     this.checkOpen();
     const sha = v.sha256;
     this.leases.set(sha, (this.leases.get(sha) ?? 0) + 1);
+    const c = this.config.cluster;
+    if (c && !this.dram.has(sha) && !this.disk.has(sha) && !this.placements.has(sha)) {
+      // Off the open's path: where to read it from, so the handle does not depend on Redis later.
+      c.directory.locate(sha).then(
+        (places) => places.length > 0 && this.placements.set(sha, places),
+        () => undefined, // the first read looks it up again, and reports the failure
+      );
+    }
     let released = false;
     return () => {
       if (released) return;
@@ -860,7 +877,10 @@ export class Store {
     const c = this.config.cluster!;
     const problems: string[] = [];
     for (let attempt = 0; attempt < 2; attempt++) {
-      const places = (await c.directory.locate(sha)).filter((p) => p.sizeBytes === sizeBytes);
+      const cached = attempt === 0 ? this.placements.get(sha) : undefined;
+      const found = cached ?? (await c.directory.locate(sha));
+      if (found.length > 0) this.placements.set(sha, found);
+      const places = found.filter((p) => p.sizeBytes === sizeBytes);
       // Other nodes' copies first: this node's own would be in its disk tier already.
       places.sort((a, b) => Number(a.node === c.node) - Number(b.node === c.node));
       for (const p of places) {
@@ -871,7 +891,8 @@ export class Store {
           problems.push(`${p.node}: ${(e as Error).message}`);
         }
       }
-      if (places.length === 0) break;
+      this.placements.delete(sha);
+      if (places.length === 0 && cached === undefined) break;
     }
     this.counters.misses++;
     throw new CascadeError('EIO', `content ${sha} has no readable copy on the shared tier${problems.length ? ` (${problems.join('; ')})` : ''}`);
@@ -979,6 +1000,7 @@ export class Store {
       this.eviction.removed(sha);
     }
     this.sharedClean.delete(sha);
+    this.placements.delete(sha);
     await this.disk.delete(sha);
   }
 

@@ -210,6 +210,41 @@ print(i)
     assert.equal(sha256(fs.readFileSync(`${mnt('b')}/kv/m/fromb/blk`)), sha256(data));
   });
 
+  it('Redis killed and restarted mid-run: opens and commits fail with EIO meanwhile (no hang), open handles keep reading, then everything works again', async function () {
+    const data = seededBytes(14, 1024 * 1024);
+    fs.mkdirSync(`${mnt('a')}/kv/m/redis`, { recursive: true });
+    fs.writeFileSync(`${mnt('a')}/kv/m/redis/before`, data);
+    const held = fs.openSync(`${mnt('c')}/kv/m/redis/before`, 'r');
+    try {
+      await new Promise((r) => setTimeout(r, 100)); // the open looks up where the block lies, off its path
+      await redis.kill();
+      const started = Date.now();
+      assert.throws(() => fs.writeFileSync(`${mnt('a')}/kv/m/redis/during`, 'x'), /EIO/, 'a commit without Redis');
+      assert.throws(() => fs.readFileSync(`${mnt('b')}/kv/m/redis/before`), /EIO|ENOENT/, 'an open without Redis');
+      assert.ok(Date.now() - started < 15_000, `failed within the command timeout (${Date.now() - started} ms)`);
+      const buf = Buffer.alloc(data.length);
+      assert.equal(fs.readSync(held, buf, 0, buf.length, 0), data.length);
+      assert.ok(buf.equals(data), 'a handle opened before keeps reading its version');
+      await redis.restart();
+      // ioredis reconnects by itself (its retry backs off to 2 s).
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        try {
+          fs.writeFileSync(`${mnt('a')}/kv/m/redis/after`, 'back');
+          break;
+        } catch (e) {
+          if (Date.now() > deadline) throw e;
+          await new Promise((r) => setTimeout(r, 250));
+        }
+      }
+      assert.equal(sha256(fs.readFileSync(`${mnt('b')}/kv/m/redis/before`)), sha256(data), 'data committed before the restart is intact');
+      assert.equal(fs.readFileSync(`${mnt('c')}/kv/m/redis/after`, 'utf8'), 'back');
+      assert.equal(fs.existsSync(`${mnt('b')}/kv/m/redis/during`), false, 'the failed commit left nothing');
+    } finally {
+      fs.closeSync(held);
+    }
+  });
+
   it('a second daemon under a node name that is running is refused, naming the holder', function () {
     const m = path.join(root, 'mnt-dup');
     fs.mkdirSync(m, { recursive: true });

@@ -67,16 +67,31 @@ export class RedisServers {
     }
   }
 
-  private async spawnOne(i: number): Promise<void> {
-    const port = await freePort();
+  private async spawnOne(i: number, port?: number): Promise<void> {
+    const p = port ?? (await freePort());
     const dir = path.join(this.dir, String(i));
-    fs.mkdirSync(dir);
-    const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always'];
+    fs.mkdirSync(dir, { recursive: true });
+    const args = ['--port', String(p), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always'];
     if (this.cluster) args.push('--cluster-enabled', 'yes', '--cluster-config-file', path.join(dir, 'nodes.conf'));
     const proc = spawn('redis-server', args, { stdio: 'ignore' });
-    this.procs.push(proc);
-    this.ports.push(port);
-    await waitFor(`redis-server on ${port}`, () => cli(port, 'ping').includes('PONG'));
+    this.procs[i] = proc;
+    this.ports[i] = p;
+    await waitFor(`redis-server on ${p}`, () => cli(p, 'ping').includes('PONG'));
+  }
+
+  /** Kill server i (SIGKILL: no clean shutdown, the AOF is what survives). */
+  async kill(i = 0): Promise<void> {
+    const p = this.procs[i];
+    if (p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => p.once('exit', () => resolve()));
+    p.kill('SIGKILL');
+    await exited;
+  }
+
+  /** Start server i again on its port and directory (it reloads its AOF). */
+  async restart(i = 0): Promise<void> {
+    await this.kill(i);
+    await this.spawnOne(i, this.ports[i]);
   }
 
   get nodes(): Array<{ host: string; port: number }> {
