@@ -245,6 +245,36 @@ async function mount(args: MountArgs): Promise<void> {
   });
 }
 
+async function clusterStatus(args: { cluster: string; json: boolean }): Promise<void> {
+  const { parseRedisUrl, RedisMeta } = await import('../store/meta/redis');
+  const meta = await RedisMeta.connect(parseRedisUrl(args.cluster));
+  try {
+    const nodes = await meta.nodeStats();
+    const totals = await meta.totals();
+    print(args, { namespace: meta.namespace, totals, nodes }, () => {
+      const lines = [`namespace ${meta.namespace}: ${totals.names} names, ${totals.blocks} blocks, ${formatBytes(totals.uniqueBytes)} stored (${formatBytes(totals.logicalBytes)} before dedup)`];
+      if (nodes.length === 0) lines.push('no node has joined');
+      for (const { node, live, stats } of nodes) {
+        const f = stats as Partial<import('../store/store').NodeFigures> | undefined;
+        const tier = (name: string) => f?.tiers?.find((t) => t.name === name);
+        const dram = tier('dram');
+        const disk = tier('disk');
+        lines.push(
+          `node ${node}: ${live ? 'live' : 'gone'}` +
+            (f?.atMs
+              ? ` (${f.host} pid ${f.pid}, ${((Date.now() - f.atMs) / 1000).toFixed(1)} s ago): DRAM ${formatBytes(dram?.usedBytes ?? 0)} of ${formatBytes(dram?.capacityBytes ?? 0)}, ` +
+                `disk ${formatBytes(disk?.usedBytes ?? 0)} in ${disk?.blocks ?? 0} blocks; hits dram ${f.hits?.dram ?? 0}, disk ${f.hits?.disk ?? 0}, shared ${f.hits?.shared ?? 0}; ` +
+                `promotions ${f.promotions ?? 0}, dedup hits ${f.dedupHits ?? 0}`
+              : ' (no figures)'),
+        );
+      }
+      return lines.join('\n');
+    });
+  } finally {
+    await meta.close();
+  }
+}
+
 /** This host's short name, as a node name (letters, digits, _ . -). */
 function defaultNodeName(): string {
   return os.hostname().split('.')[0].replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64) || 'node';
@@ -537,6 +567,15 @@ export function buildCli(argv: string[]) {
           print(a, stats, () => formatStats(stats));
         });
       },
+    )
+    .command(
+      'cluster status',
+      'the nodes of a cluster: alive or not, their tiers, hits (DRAM, own disk, shared tier from other nodes), promotions and dedup',
+      (y) =>
+        y
+          .option('cluster', { type: 'string', demandOption: true, describe: 'redis://HOST:PORT[/NAMESPACE], as given to `cascade mount --cluster`' })
+          .example('$0 cluster status --cluster redis://head:6379/job42', 'every node of job 42'),
+      (a) => clusterStatus(a as unknown as { cluster: string; json: boolean }),
     )
     .command(
       'warmup <targets..>',

@@ -146,4 +146,8 @@ export interface ClusterDirectory {
   leaveNode(node: string, token: string): Promise<void>;
   /** Nodes whose lease is current. */
   liveNodes(): Promise<string[]>;
+  /** A node's figures (JSON), kept for ttlMs: refreshed with each heartbeat. */
+  publishNodeStats(node: string, statsJson: string, ttlMs: number): Promise<void>;
+  /** Every node that ever joined: live or not, and its last published figures (parsed JSON). */
+  nodeStats(): Promise<Array<{ node: string; live: boolean; stats: unknown }>>;
 }

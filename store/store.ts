@@ -113,6 +113,21 @@ export interface StoreStats {
   versions: number;
   recovery: { lostVersions: number; orphanBlocksRemoved: number; quarantined: number };
   diskSyncFailures: number;
+  /** Cluster mode: this node, and every node of the namespace with its last published figures. */
+  cluster?: { node: string; nodes: Array<{ node: string; live: boolean; stats: unknown }> };
+}
+
+/** What a cluster node publishes about itself with each heartbeat (`cascade cluster status`). */
+export interface NodeFigures {
+  atMs: number;
+  host: string;
+  pid: number;
+  tiers: TierStats[];
+  hits: Record<string, number>;
+  misses: number;
+  promotions: number;
+  dedupHits: number;
+  pinnedBytes: number;
 }
 
 /** Bounds of the DRAM recency order (see LruEviction): 1 Mi entries cost ~60 ms at open. */
@@ -606,6 +621,22 @@ export class Store {
         quarantined: disk.recovery?.quarantined ?? 0,
       },
       diskSyncFailures: this.counters.diskSyncFailures,
+      cluster: this.config.cluster ? { node: this.config.cluster.node, nodes: await this.config.cluster.directory.nodeStats() } : undefined,
+    };
+  }
+
+  /** This node's figures for the cluster directory. */
+  private figures(): NodeFigures {
+    return {
+      atMs: Date.now(),
+      host: os.hostname(),
+      pid: process.pid,
+      tiers: [this.dram.stats(), this.disk.stats()],
+      hits: { ...this.counters.hits },
+      misses: this.counters.misses,
+      promotions: this.counters.promotions,
+      dedupHits: this.counters.dedupHits,
+      pinnedBytes: this.pinnedBytes,
     };
   }
 
@@ -925,14 +956,16 @@ export class Store {
   private startHeartbeat(): void {
     const c = this.config.cluster;
     if (!c) return;
-    this.heartbeat = setInterval(() => {
+    const beat = () =>
       c.directory.joinNode(c.node, this.nodeToken, NODE_LEASE_MS).then(
-        (ok) => {
-          if (!ok) this.warn(`node ${c.node}: another daemon took this node name (its lease had expired)`);
+        async (ok) => {
+          if (!ok) return this.warn(`node ${c.node}: another daemon took this node name (its lease had expired)`);
+          await c.directory.publishNodeStats(c.node, JSON.stringify(this.figures()), NODE_LEASE_MS);
         },
         (e: unknown) => this.warn(`node ${c.node}: heartbeat failed: ${String(e)}`),
-      );
-    }, NODE_HEARTBEAT_MS);
+      ).catch((e: unknown) => this.warn(`node ${c.node}: publishing its figures failed: ${String(e)}`));
+    void beat();
+    this.heartbeat = setInterval(beat, NODE_HEARTBEAT_MS);
     this.heartbeat.unref();
   }
 

@@ -22,6 +22,7 @@
  *   <P>loc:<sha>    hash node -> "offset:size:file": where cluster nodes hold the block on the shared
  *                   tier (file relative to the shared directory); deleted with the block row
  *   <P>node:<name>  a node's lease (its token, with a TTL the node keeps renewing); <P>nodes: the names
+ *   <P>nodestats:<name>  a node's last published figures (JSON, with a TTL)
  *
  * Durability: a reply means Redis applied the script. For it to survive a crash of Redis, run Redis
  * with `appendonly yes` and `appendfsync always`, as the tests do; sync() then has nothing left to wait
@@ -630,6 +631,30 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
       const live: string[] = [];
       for (const n of names) if ((await this.client.exists(this.key(`node:${n}`))) === 1) live.push(n);
       return live;
+    });
+  }
+
+  async publishNodeStats(node: string, statsJson: string, ttlMs: number): Promise<void> {
+    return this.guard(async () => {
+      await this.client.set(this.key(`nodestats:${node}`), statsJson, 'PX', String(ttlMs));
+    });
+  }
+
+  async nodeStats(): Promise<Array<{ node: string; live: boolean; stats: unknown }>> {
+    return this.guard(async () => {
+      const out: Array<{ node: string; live: boolean; stats: unknown }> = [];
+      for (const node of (await this.client.smembers(this.key('nodes'))).sort()) {
+        const live = (await this.client.exists(this.key(`node:${node}`))) === 1;
+        const raw = await this.client.get(this.key(`nodestats:${node}`));
+        let stats: unknown;
+        try {
+          stats = raw === null ? undefined : JSON.parse(raw);
+        } catch {
+          stats = undefined; // not ours to crash on: shown as unknown
+        }
+        out.push({ node, live, stats });
+      }
+      return out;
     });
   }
 

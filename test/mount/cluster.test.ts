@@ -245,6 +245,21 @@ print(i)
     }
   });
 
+  it('cascade cluster status and stats.json show every node, live, with its figures', async function () {
+    await new Promise((r) => setTimeout(r, 5_500)); // one heartbeat: figures are published with it
+    const r = spawnSync(process.execPath, [CLI, 'cluster', 'status', '--cluster', url, '--json'], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(r.status, 0, r.stderr);
+    const status = JSON.parse(r.stdout) as { nodes: Array<{ node: string; live: boolean; stats: { hits: Record<string, number>; tiers: unknown[] } }> };
+    assert.deepEqual(status.nodes.map((n) => [n.node, n.live]), [['a', true], ['b', true], ['c', true]]);
+    assert.ok(status.nodes.every((n) => n.stats && n.stats.tiers.length === 2), 'each node published its tiers');
+    assert.ok(status.nodes.some((n) => n.stats.hits.shared > 0), 'some node read a block from another node\'s segments');
+    const text = spawnSync(process.execPath, [CLI, 'cluster', 'status', '--cluster', url], { encoding: 'utf8', timeout: 30_000 });
+    assert.match(text.stdout, /node a: live/);
+    const stats = JSON.parse(fs.readFileSync(`${mnt('b')}/.cascade/stats.json`, 'utf8')) as { cluster: { node: string; nodes: unknown[] } };
+    assert.equal(stats.cluster.node, 'b');
+    assert.equal(stats.cluster.nodes.length, 3);
+  });
+
   it('a second daemon under a node name that is running is refused, naming the holder', function () {
     const m = path.join(root, 'mnt-dup');
     fs.mkdirSync(m, { recursive: true });
@@ -255,5 +270,44 @@ print(i)
     assert.notEqual(r.status, 0);
     assert.match(r.stderr, /node name a is in use/);
     assert.equal(isMounted(m), false);
+  });
+});
+
+describe('cluster on a 3-master Redis Cluster: two daemons', function () {
+  this.timeout(120_000);
+  let root: string;
+  let redis: RedisServers | undefined;
+  const daemons: Daemon[] = [];
+
+  before(async function () {
+    if (!canMount(['fusermount', 'sha256sum']) || !haveRedis()) this.skip();
+    root = tmpDir('rcluster');
+    redis = await RedisServers.start(true);
+    const url = `redis://${redis.ports.map((p) => `127.0.0.1:${p}`).join(',')}/rc${process.pid}`;
+    for (const n of ['a', 'b']) {
+      const m = path.join(root, `mnt-${n}`);
+      fs.mkdirSync(m);
+      const d = new Daemon(m, path.join(root, `data-${n}`), ['--cluster', url, '--node', n, '--shared', path.join(root, 'shared')]);
+      daemons.push(d);
+      await d.start();
+    }
+  });
+
+  after(async function () {
+    for (const d of daemons) await d.stop();
+    for (const d of daemons) assert.equal(isMounted(d.mnt), false);
+    await redis?.stop();
+    if (root) rmDir(root);
+  });
+
+  it('a file written on A reads byte-exact on B; a rewrite on B reads on A', function () {
+    const [a, b] = daemons.map((d) => d.mnt);
+    const data = seededBytes(21, 3 * 1024 * 1024 + 1);
+    fs.mkdirSync(`${a}/kv/m/d`, { recursive: true });
+    fs.writeFileSync(`${a}/kv/m/d/f`, data);
+    assert.equal(sh(`sha256sum ${b}/kv/m/d/f`).stdout.split(' ')[0], sha256(data));
+    fs.writeFileSync(`${b}/kv/m/d/f`, 'rewritten on b');
+    assert.equal(fs.readFileSync(`${a}/kv/m/d/f`, 'utf8'), 'rewritten on b');
+    assert.deepEqual(fs.readdirSync(`${a}/.cascade/versions/kv/m/d/f`), ['1', '2']);
   });
 });
