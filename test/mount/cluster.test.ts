@@ -113,6 +113,52 @@ print("ok")
     assert.equal(sha256(fs.readFileSync(`${mnt('c')}/kv/m/dup/three`)), sha256(data));
   });
 
+  it('LMCache connector on A (<key>.tmp then rename, same temp names), reads on B; SGLang pages on C, existence by listing and eviction by unlink on A', function () {
+    const lm = py(`
+import os
+d = "${mnt('a')}/kv/mistral/lmcache"
+os.makedirs(d, exist_ok=True)
+for i in range(20):
+    key = "chunk%02d" % (i % 5)
+    with open(d + "/" + key + ".tmp", "wb") as f: f.write(bytes([i]) * 70000)
+    os.rename(d + "/" + key + ".tmp", d + "/" + key + ".data")
+print("ok")
+`);
+    assert.equal(lm.code, 0, lm.stderr);
+    const lmRead = py(`
+import os
+d = "${mnt('b')}/kv/mistral/lmcache"
+names = sorted(os.listdir(d))
+ok = all(open(d + "/chunk%02d.data" % k, "rb").read() == bytes([15 + k]) * 70000 for k in range(5))
+print(len(names), ok)
+`);
+    assert.equal(lmRead.stdout.trim(), '5 True', lmRead.stderr);
+    const sg = py(`
+import os
+d = "${mnt('c')}/kv/sglang"
+os.makedirs(d, exist_ok=True)
+for i in range(300):
+    tmp = d + "/.tmp%d" % i
+    with open(tmp, "wb") as f: f.write(b"p%05d" % i)
+    os.rename(tmp, d + "/page%05d_qwen_0_1.bin" % i)
+print("ok")
+`);
+    assert.equal(sg.code, 0, sg.stderr);
+    const evict = py(`
+import os
+d = "${mnt('a')}/kv/sglang"
+names = set(os.listdir(d))
+assert len(names) == 300, len(names)
+assert all(open(d + "/page%05d_qwen_0_1.bin" % i, "rb").read() == b"p%05d" % i for i in range(0, 300, 7))
+for i in range(0, 300, 2): os.unlink(d + "/page%05d_qwen_0_1.bin" % i)
+print("ok")
+`);
+    assert.equal(evict.code, 0, evict.stderr);
+    const left = fs.readdirSync(`${mnt('c')}/kv/sglang`);
+    assert.equal(left.length, 150, 'C lists what A evicted as gone');
+    assert.ok(left.every((n) => Number(n.slice(4, 9)) % 2 === 1));
+  });
+
   it('renames and unlinks on one node show on the others (listing, stat, ENOENT)', function () {
     assert.equal(sh(`mkdir -p ${mnt('b')}/kv/m/ren && echo one > ${mnt('b')}/kv/m/ren/x && echo two > ${mnt('b')}/kv/m/ren/y`).code, 0);
     assert.deepEqual(fs.readdirSync(`${mnt('a')}/kv/m/ren`).sort(), ['x', 'y']);
