@@ -146,6 +146,11 @@ export interface ClusterDirectory {
   leaveNode(node: string, token: string): Promise<void>;
   /** Nodes whose lease is current. */
   liveNodes(): Promise<string[]>;
+  /**
+   * Released content this node held a copy of (the release named every holder), at most `max`, taken
+   * off the node's queue: the node drops its copies unless the content was stored again meanwhile.
+   */
+  takeReclaims(node: string, max: number): Promise<string[]>;
   /** A node's figures (JSON), kept for ttlMs: refreshed with each heartbeat. */
   publishNodeStats(node: string, statsJson: string, ttlMs: number): Promise<void>;
   /** Every node that ever joined: live or not, and its last published figures (parsed JSON). */

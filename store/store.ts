@@ -140,6 +140,8 @@ const NODE_LEASE_MS = 15_000;
 const NODE_HEARTBEAT_MS = 5_000;
 /** Placements republished at once when a node opens (each one round trip). */
 const PLACE_CONCURRENCY = 64;
+/** Released blocks a node drops per heartbeat (a release elsewhere names this node's copies). */
+const RECLAIM_BATCH = 4096;
 /** Blocks whose places on the shared tier a node remembers (reads still check every byte). */
 const PLACEMENT_CACHE_ENTRIES = 65_536;
 /** A node name is a directory name on the shared tier and a key part in the directory. */
@@ -961,11 +963,20 @@ export class Store {
         async (ok) => {
           if (!ok) return this.warn(`node ${c.node}: another daemon took this node name (its lease had expired)`);
           await c.directory.publishNodeStats(c.node, JSON.stringify(this.figures()), NODE_LEASE_MS);
+          // Copies of content another node released: reclaim() keeps any that was stored again.
+          const released = await c.directory.takeReclaims(c.node, RECLAIM_BATCH);
+          if (released.length > 0 && !this.closing) await this.reclaim(released);
         },
         (e: unknown) => this.warn(`node ${c.node}: heartbeat failed: ${String(e)}`),
       ).catch((e: unknown) => this.warn(`node ${c.node}: publishing its figures failed: ${String(e)}`));
-    void beat();
-    this.heartbeat = setInterval(beat, NODE_HEARTBEAT_MS);
+    let beating = false; // a slow beat (a long reclaim) is not overlapped by the next
+    const once = () => {
+      if (beating) return;
+      beating = true;
+      void beat().finally(() => (beating = false));
+    };
+    once();
+    this.heartbeat = setInterval(once, NODE_HEARTBEAT_MS);
     this.heartbeat.unref();
   }
 

@@ -23,6 +23,7 @@
  *                   tier (file relative to the shared directory); deleted with the block row
  *   <P>node:<name>  a node's lease (its token, with a TTL the node keeps renewing); <P>nodes: the names
  *   <P>nodestats:<name>  a node's last published figures (JSON, with a TTL)
+ *   <P>reclaim:<name>  released blocks that node holds a copy of and should drop (a bounded list)
  *
  * Durability: a reply means Redis applied the script. For it to survive a crash of Redis, run Redis
  * with `appendonly yes` and `appendfsync always`, as the tests do; sync() then has nothing left to wait
@@ -52,6 +53,11 @@ const NAMESPACE_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 const COMMAND_TIMEOUT_MS = 5_000;
 /** How long connect() waits for Redis to answer. */
 const CONNECT_TIMEOUT_MS = 5_000;
+/**
+ * Released blocks a node has not yet dropped, at most (its queue keeps the newest). A node that falls
+ * further behind drops the rest of its stale copies at its next start, when it reconciles.
+ */
+const RECLAIM_QUEUE_MAX = 1_000_000;
 
 export interface RedisMetaOptions {
   /** One server (`redis://host:port`) or the seed nodes of a Redis Cluster. */
@@ -86,6 +92,16 @@ const LUA_COMMON = `
 local P = ARGV[1]
 local T = KEYS[1]
 local function s(n) return string.format('%d', n) end
+-- Content released for good: every node that holds a copy is told to drop it (a bounded queue each).
+local function notify_holders(sha)
+  local lk = P .. 'loc:' .. sha
+  for _, node in ipairs(redis.call('HKEYS', lk)) do
+    local q = P .. 'reclaim:' .. node
+    redis.call('RPUSH', q, sha)
+    redis.call('LTRIM', q, -${RECLAIM_QUEUE_MAX}, -1)
+  end
+  redis.call('DEL', lk)
+end
 local function vkey(name) return P .. 'v:' .. name end
 local function bkey(sha) return P .. 'b:' .. sha end
 local function skey(sha) return P .. 's:' .. sha end
@@ -100,7 +116,7 @@ local function unref(sha, released)
   local size = tonumber(redis.call('HGET', bk, 'size'))
   if redis.call('HGET', bk, 'pinned') == '1' then redis.call('HINCRBY', T, 'pinned', s(-size)) end
   redis.call('DEL', bk)
-  redis.call('DEL', P .. 'loc:' .. sha)
+  notify_holders(sha)
   redis.call('SREM', P .. 'blocks', sha)
   redis.call('HINCRBY', T, 'blocks', -1)
   redis.call('HINCRBY', T, 'unique', s(-size))
@@ -268,7 +284,7 @@ if refs > 0 then
   local size = tonumber(redis.call('HGET', bk, 'size'))
   if redis.call('HGET', bk, 'pinned') == '1' then redis.call('HINCRBY', T, 'pinned', s(-size)) end
   redis.call('DEL', bk)
-  redis.call('DEL', P .. 'loc:' .. sha)
+  notify_holders(sha)
   redis.call('SREM', P .. 'blocks', sha)
   redis.call('HINCRBY', T, 'blocks', -1)
   redis.call('HINCRBY', T, 'unique', s(-size))
@@ -637,6 +653,13 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
   async publishNodeStats(node: string, statsJson: string, ttlMs: number): Promise<void> {
     return this.guard(async () => {
       await this.client.set(this.key(`nodestats:${node}`), statsJson, 'PX', String(ttlMs));
+    });
+  }
+
+  async takeReclaims(node: string, max: number): Promise<string[]> {
+    return this.guard(async () => {
+      const r = await this.client.lpop(this.key(`reclaim:${node}`), max);
+      return r ?? [];
     });
   }
 

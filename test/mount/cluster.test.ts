@@ -159,6 +159,23 @@ print("ok")
     assert.ok(left.every((n) => Number(n.slice(4, 9)) % 2 === 1));
   });
 
+  it('content released on one node is dropped from the node that stored it (within a heartbeat)', async function () {
+    const diskBlocks = (n: 'a' | 'b' | 'c') =>
+      (JSON.parse(fs.readFileSync(`${mnt(n)}/.cascade/stats.json`, 'utf8')) as { tiers: Array<{ name: string; blocks: number }> }).tiers.find((t) => t.name === 'disk')!.blocks;
+    fs.mkdirSync(`${mnt('a')}/kv/m/gc`, { recursive: true });
+    await new Promise((r) => setTimeout(r, 150)); // past the stats.json snapshot's age
+    const before = diskBlocks('a');
+    fs.writeFileSync(`${mnt('a')}/kv/m/gc/unique`, seededBytes(31, 1024 * 1024));
+    await new Promise((r) => setTimeout(r, 150));
+    assert.equal(diskBlocks('a'), before + 1, 'A stored it');
+    fs.unlinkSync(`${mnt('b')}/kv/m/gc/unique`); // the last reference goes, on B
+    const deadline = Date.now() + 15_000;
+    while (diskBlocks('a') !== before) {
+      assert.ok(Date.now() < deadline, `A still holds the released block (${diskBlocks('a')} blocks, ${before} before)`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  });
+
   it('renames and unlinks on one node show on the others (listing, stat, ENOENT)', function () {
     assert.equal(sh(`mkdir -p ${mnt('b')}/kv/m/ren && echo one > ${mnt('b')}/kv/m/ren/x && echo two > ${mnt('b')}/kv/m/ren/y`).code, 0);
     assert.deepEqual(fs.readdirSync(`${mnt('a')}/kv/m/ren`).sort(), ['x', 'y']);
