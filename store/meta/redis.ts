@@ -109,10 +109,9 @@ local function parse(member)
   local v, sha, size, t, ino = string.match(member, '^(%d+):(%x+):(%d+):(%d+):(%d+)$')
   return tonumber(v), sha, tonumber(size), tonumber(t), tonumber(ino)
 end
-local function unref(sha, released)
+-- The block row goes (its last reference went), with its share of the totals and its places.
+local function drop_block(sha)
   local bk = bkey(sha)
-  local refs = redis.call('HINCRBY', bk, 'refs', -1)
-  if refs > 0 then return end
   local size = tonumber(redis.call('HGET', bk, 'size'))
   if redis.call('HGET', bk, 'pinned') == '1' then redis.call('HINCRBY', T, 'pinned', s(-size)) end
   redis.call('DEL', bk)
@@ -120,6 +119,11 @@ local function unref(sha, released)
   redis.call('SREM', P .. 'blocks', sha)
   redis.call('HINCRBY', T, 'blocks', -1)
   redis.call('HINCRBY', T, 'unique', s(-size))
+end
+local function unref(sha, released)
+  local refs = redis.call('HINCRBY', bkey(sha), 'refs', -1)
+  if refs > 0 then return end
+  drop_block(sha)
   table.insert(released, sha)
 end
 -- Checks before any write: known content must keep its size.
@@ -280,15 +284,7 @@ for _, m in ipairs(members) do
   end
 end
 redis.call('DEL', skey(sha))
-if refs > 0 then
-  local size = tonumber(redis.call('HGET', bk, 'size'))
-  if redis.call('HGET', bk, 'pinned') == '1' then redis.call('HINCRBY', T, 'pinned', s(-size)) end
-  redis.call('DEL', bk)
-  notify_holders(sha)
-  redis.call('SREM', P .. 'blocks', sha)
-  redis.call('HINCRBY', T, 'blocks', -1)
-  redis.call('HINCRBY', T, 'unique', s(-size))
-end
+if refs > 0 then drop_block(sha) end
 return #members
 `;
 
