@@ -210,6 +210,11 @@ export class Store {
   private heartbeat: NodeJS.Timeout | undefined;
   /** Cluster mode: this process's lease token for its node name. */
   private readonly nodeToken: string;
+  /**
+   * Cluster mode: another daemon took this node's name (after this one missed heartbeats for the
+   * whole lease). Its segments are that daemon's now: this one refuses writes from then on.
+   */
+  private leaseLost = false;
 
   private readonly counters = {
     hits: { dram: 0, disk: 0, shared: 0 } as Record<string, number>,
@@ -673,6 +678,7 @@ export class Store {
   // ---- internals: write path ------------------------------------------------------------------------
 
   private async commitContent(name: string, sha: string, sizeBytes: number, ino: number | undefined, ingest: () => Promise<void>): Promise<VersionRecord> {
+    if (this.leaseLost) throw new CascadeError('EIO', `node ${this.config.cluster?.node}: another daemon holds this node name now; this daemon no longer writes`);
     // Under the content's lock, so reclamation of the same content cannot interleave.
     const result = await this.locks.with(sha, async () => {
       const c = this.config.cluster;
@@ -961,7 +967,11 @@ export class Store {
     const beat = () =>
       c.directory.joinNode(c.node, this.nodeToken, NODE_LEASE_MS).then(
         async (ok) => {
-          if (!ok) return this.warn(`node ${c.node}: another daemon took this node name (its lease had expired)`);
+          if (!ok) {
+            if (!this.leaseLost) this.warn(`node ${c.node}: another daemon took this node name (this one missed its heartbeats for ${NODE_LEASE_MS} ms); writes are refused from now on: unmount and restart under another --node`);
+            this.leaseLost = true;
+            return;
+          }
           await c.directory.publishNodeStats(c.node, JSON.stringify(this.figures()), NODE_LEASE_MS);
           // Copies of content another node released: reclaim() keeps any that was stored again.
           const released = await c.directory.takeReclaims(c.node, RECLAIM_BATCH);

@@ -334,6 +334,27 @@ print(i)
     assert.match(r.stderr, /node name a is in use/);
     assert.equal(isMounted(m), false);
   });
+
+  it('a daemon whose node name was taken over (its lease lapsed) refuses writes with EIO', async function () {
+    // What another host starting under the same name would do once this one missed its heartbeats.
+    const ns = url.slice(url.lastIndexOf('/') + 1);
+    const out = spawnSync('redis-cli', ['-p', String(redis.ports[0]), 'SET', `cascade:{${ns}}:node:c`, 'elsewhere:1:ab'], { encoding: 'utf8' });
+    assert.match(out.stdout, /OK/);
+    fs.mkdirSync(`${mnt('c')}/kv/m/lapsed`, { recursive: true });
+    const deadline = Date.now() + 12_000;
+    for (;;) {
+      try {
+        fs.writeFileSync(`${mnt('c')}/kv/m/lapsed/f${Date.now()}`, 'x');
+      } catch (e) {
+        assert.match(String(e), /EIO/);
+        break;
+      }
+      assert.ok(Date.now() < deadline, 'node c still writes after losing its name');
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    assert.match(nodes.c.stderr, /another daemon took this node name/);
+    assert.equal(fs.readFileSync(`${mnt('c')}/kv/m/fromb/blk`).length, 3 * 1024 * 1024, 'it still reads');
+  });
 });
 
 describe('cluster on a 3-master Redis Cluster: two daemons', function () {
