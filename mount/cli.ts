@@ -264,7 +264,7 @@ async function clusterStatus(args: { cluster: string; json: boolean }): Promise<
             (f?.atMs
               ? ` (${f.host} pid ${f.pid}, ${((Date.now() - f.atMs) / 1000).toFixed(1)} s ago): DRAM ${formatBytes(dram?.usedBytes ?? 0)} of ${formatBytes(dram?.capacityBytes ?? 0)}, ` +
                 `disk ${formatBytes(disk?.usedBytes ?? 0)} in ${disk?.blocks ?? 0} blocks; hits dram ${f.hits?.dram ?? 0}, disk ${f.hits?.disk ?? 0}, shared ${f.hits?.shared ?? 0}; ` +
-                `promotions ${f.promotions ?? 0}, dedup hits ${f.dedupHits ?? 0}`
+                `${f.sharedLoads ?? 0} blocks (${formatBytes(f.sharedLoadBytes ?? 0)}) loaded from other nodes; promotions ${f.promotions ?? 0}, dedup hits ${f.dedupHits ?? 0}`
               : ' (no figures)'),
         );
       }

@@ -113,8 +113,11 @@ export interface StoreStats {
   versions: number;
   recovery: { lostVersions: number; orphanBlocksRemoved: number; quarantined: number };
   diskSyncFailures: number;
-  /** Cluster mode: this node, and every node of the namespace with its last published figures. */
-  cluster?: { node: string; nodes: Array<{ node: string; live: boolean; stats: unknown }> };
+  /**
+   * Cluster mode: this node; blocks it loaded whole from other nodes' segments (each load once, however
+   * many reads it then serves); every node of the namespace with its last published figures.
+   */
+  cluster?: { node: string; sharedLoads: number; sharedLoadBytes: number; nodes: Array<{ node: string; live: boolean; stats: unknown }> };
 }
 
 /** What a cluster node publishes about itself with each heartbeat (`cascade cluster status`). */
@@ -128,6 +131,8 @@ export interface NodeFigures {
   promotions: number;
   dedupHits: number;
   pinnedBytes: number;
+  sharedLoads: number;
+  sharedLoadBytes: number;
 }
 
 /** Bounds of the DRAM recency order (see LruEviction): 1 Mi entries cost ~60 ms at open. */
@@ -228,6 +233,9 @@ export class Store {
     lostVersions: 0,
     orphanBlocksRemoved: 0,
     diskSyncFailures: 0,
+    /** Cluster mode: whole blocks loaded from other nodes' segments, and their bytes. */
+    sharedLoads: 0,
+    sharedLoadBytes: 0,
   };
 
   private constructor(
@@ -628,7 +636,14 @@ export class Store {
         quarantined: disk.recovery?.quarantined ?? 0,
       },
       diskSyncFailures: this.counters.diskSyncFailures,
-      cluster: this.config.cluster ? { node: this.config.cluster.node, nodes: await this.config.cluster.directory.nodeStats() } : undefined,
+      cluster: this.config.cluster
+        ? {
+            node: this.config.cluster.node,
+            sharedLoads: this.counters.sharedLoads,
+            sharedLoadBytes: this.counters.sharedLoadBytes,
+            nodes: await this.config.cluster.directory.nodeStats(),
+          }
+        : undefined,
     };
   }
 
@@ -644,6 +659,8 @@ export class Store {
       promotions: this.counters.promotions,
       dedupHits: this.counters.dedupHits,
       pinnedBytes: this.pinnedBytes,
+      sharedLoads: this.counters.sharedLoads,
+      sharedLoadBytes: this.counters.sharedLoadBytes,
     };
   }
 
@@ -924,7 +941,10 @@ export class Store {
       places.sort((a, b) => Number(a.node === c.node) - Number(b.node === c.node));
       for (const p of places) {
         try {
-          return await readRecordAt({ file: path.join(c.sharedDir, p.file), offsetBytes: p.offsetBytes, sizeBytes }, sha);
+          const data = await readRecordAt({ file: path.join(c.sharedDir, p.file), offsetBytes: p.offsetBytes, sizeBytes }, sha);
+          this.counters.sharedLoads++;
+          this.counters.sharedLoadBytes += sizeBytes;
+          return data;
         } catch (e) {
           if (!isCascadeError(e, 'ESTALE') && !isCascadeError(e, 'ECORRUPT')) throw e;
           problems.push(`${p.node}: ${(e as Error).message}`);

@@ -28,7 +28,9 @@ export class Daemon {
 
   async start(): Promise<void> {
     this.stderr = '';
-    const proc = spawn(process.execPath, [CLI, 'mount', this.mnt, '--data', this.data, '--dram', '64M', ...this.extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+    // 64 MiB of DRAM unless the caller sizes it (a repeated flag would become a list).
+    const dram = this.extra.includes('--dram') ? [] : ['--dram', '64M'];
+    const proc = spawn(process.execPath, [CLI, 'mount', this.mnt, '--data', this.data, ...dram, ...this.extra], { stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc = proc;
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`mount did not come up: ${this.stderr}`)), 20_000);
