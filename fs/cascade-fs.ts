@@ -27,7 +27,7 @@ import type { VersionRecord } from '../store/meta';
 import { validateDirName, validateName, validateSha256 } from '../store/names';
 import type { DramHold, Store } from '../store/store';
 import { DirTree, split, type DirInfo } from './tree';
-import type { CascadeFsOps, FileAttr, FsStatfs, Handle } from './types';
+import type { CascadeFsOps, DirEntry, FileAttr, FsStatfs, Handle } from './types';
 
 const S_IFDIR = 0o040000;
 const S_IFREG = 0o100000;
@@ -281,13 +281,15 @@ export class CascadeFs implements CascadeFsOps {
     }
   }
 
-  async readdir(path: string): Promise<string[]> {
+  async readdir(path: string): Promise<DirEntry[]> {
     const p = parse(path);
+    const dir = (name: string): DirEntry => ({ name, kind: 'dir' });
+    const file = (name: string): DirEntry => ({ name, kind: 'file' });
     switch (p.kind) {
       case 'root':
-        return ['kv', '.cascade'];
+        return [dir('kv'), dir('.cascade')];
       case 'meta':
-        return this.options.clientInfo?.() ? ['stats.json', 'client.json', 'versions', 'at'] : ['stats.json', 'versions', 'at'];
+        return [file('stats.json'), ...(this.options.clientInfo?.() ? [file('client.json')] : []), dir('versions'), dir('at')];
       case 'atroot':
         return []; // any unix-ms below it is valid; there is nothing to list
       case 'stats':
@@ -296,16 +298,21 @@ export class CascadeFs implements CascadeFsOps {
         if (this.options.sharedNamespace) {
           if ((await this.kindOf(p.rel)) === 'dir') await this.syncDir(p.rel);
         }
-        return [...this.tree.children(p.rel).keys()];
+        return this.entries(p.rel);
       case 'versions':
       case 'at': {
-        if (p.rel === undefined) return ['kv'];
-        const kind = (await this.kindOf(p.rel));
-        if (kind === 'dir') return [...this.tree.children(p.rel).keys()];
-        if (kind === 'file' && p.kind === 'versions') return (await this.store.versions(p.rel)).map((v) => String(v.version));
+        if (p.rel === undefined) return [dir('kv')];
+        const kind = await this.kindOf(p.rel);
+        // A file's place under versions/ and at/ is a directory of versions, or a file (at/).
+        if (kind === 'dir') return this.entries(p.rel).map((e) => (p.kind === 'versions' && e.kind === 'file' ? dir(e.name) : e));
+        if (kind === 'file' && p.kind === 'versions') return (await this.store.versions(p.rel)).map((v) => file(String(v.version)));
         throw new CascadeError(kind === 'file' ? 'ENOTDIR' : 'ENOENT', `no directory ${path}`);
       }
     }
+  }
+
+  private entries(rel: string): DirEntry[] {
+    return [...this.tree.children(rel)].map(([name, kind]) => ({ name, kind }));
   }
 
   async mkdir(path: string, _mode: number): Promise<void> {

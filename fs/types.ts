@@ -32,12 +32,18 @@ export interface FsStatfs {
   nameMaxBytes: number;
 }
 
+/** A directory entry: its name and whether it is a directory or a file (readdir's d_type). */
+export interface DirEntry {
+  name: string;
+  kind: 'dir' | 'file';
+}
+
 /** An open file handle number (what FUSE calls fh). */
 export type Handle = number;
 
 export interface CascadeFsOps {
   getattr(path: string, handle?: Handle): Promise<FileAttr>;
-  readdir(path: string): Promise<string[]>;
+  readdir(path: string): Promise<DirEntry[]>;
   mkdir(path: string, mode: number): Promise<void>;
   rmdir(path: string): Promise<void>;
   /** Create (or truncate) a file for writing; it stays a private staging area until its last release. */

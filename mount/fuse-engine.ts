@@ -170,7 +170,7 @@ export class FuseNativeEngine {
       getattr: (p, cb) => this.value('getattr', p, cb, async () => toStat(await f.getattr(p))),
       fgetattr: (p, fd, cb) => this.value('fgetattr', p, cb, async () => toStat(await f.getattr(p, fd))),
       statfs: (p, cb) => this.value('statfs', p, cb, async () => toStatfs(await f.statfs(p))),
-      readdir: (p, cb) => this.value('readdir', p, cb, async () => withDotEntries(await f.readdir(p))),
+      readdir: (p, cb) => this.value('readdir', p, cb, async () => withDotEntries((await f.readdir(p)).map((e) => e.name))),
       mkdir: (p, mode, cb) => this.status('mkdir', p, cb, () => f.mkdir(p, mode)),
       rmdir: (p, cb) => this.status('rmdir', p, cb, () => f.rmdir(p)),
       create: (p, mode, cb) => this.value('create', p, cb, async () => checkHandle(await f.create(p, mode, CREATE_FLAGS))),

@@ -4,7 +4,7 @@
  * (include/uapi/linux/fuse.h, protocol 7.40, little-endian x86-64/arm64). Every decoder checks the
  * message is long enough and throws ProtoError otherwise (the adapter answers EIO, never crashes).
  */
-import type { FileAttr, FsStatfs } from '../fs/types';
+import type { DirEntry, FileAttr, FsStatfs } from '../fs/types';
 
 export const Op = {
   LOOKUP: 1,
@@ -248,22 +248,25 @@ export function statfsOut(s: FsStatfs): Buffer {
   return w.buf;
 }
 
+/** d_type values (dirent.h): with them `scandir(...).is_file()` needs no stat per entry. */
+export const DT = { DIR: 4, REG: 8 } as const;
+
 /**
  * Directory entries from index `offset` on that fit in `maxBytes`: each is fuse_dirent (ino, off of
  * the next entry, namelen, type) plus the name, padded to 8 bytes. Returns the packed bytes.
  */
-export function packDirents(names: string[], offset: number, maxBytes: number): Buffer {
+export function packDirents(entries: DirEntry[], offset: number, maxBytes: number): Buffer {
   const parts: Buffer[] = [];
   let used = 0;
-  for (let i = offset; i < names.length; i++) {
-    const name = Buffer.from(names[i]);
+  for (let i = offset; i < entries.length; i++) {
+    const name = Buffer.from(entries[i].name);
     const size = (24 + name.length + 7) & ~7;
     if (used + size > maxBytes) break;
     const d = Buffer.alloc(size);
     d.writeBigUInt64LE(BigInt(UNKNOWN_INO), 0);
     d.writeBigUInt64LE(BigInt(i + 1), 8);
     d.writeUInt32LE(name.length, 16);
-    d.writeUInt32LE(0, 20); // DT_UNKNOWN: tools stat when they need the type
+    d.writeUInt32LE(entries[i].kind === 'dir' ? DT.DIR : DT.REG, 20);
     name.copy(d, 24);
     parts.push(d);
     used += size;

@@ -14,7 +14,7 @@ import { requireNative, type NativeFuseSessionBinding } from '../native';
 import type { FuseNegotiated } from '../native/types';
 import { CascadeError } from '../store/errors';
 import type { DramHold } from '../store/store';
-import type { CascadeFsOps, FileAttr, Handle } from '../fs/types';
+import type { CascadeFsOps, DirEntry, FileAttr, Handle } from '../fs/types';
 import { errnoOf, toErrno } from './errno';
 import * as P from './fuse-proto';
 import { BackingCache, type Backing } from './passthrough';
@@ -167,7 +167,7 @@ export class NativeFuseEngine {
   /** Per node: open handles with passthrough (all share one backing, a kernel rule) and without. */
   private readonly nodeOpens = new Map<number, { passthrough: number; other: number; backing?: Backing }>();
   private backings: BackingCache | undefined;
-  private readonly dirs = new Map<number, string[]>();
+  private readonly dirs = new Map<number, DirEntry[]>();
   private nextDir = 1;
   private unmounting: Promise<void> | undefined;
   private holdWarned = false;
@@ -474,18 +474,19 @@ export class NativeFuseEngine {
         return undefined;
       case P.Op.OPENDIR: {
         if (this.dirs.size >= OPEN_DIRS_MAX) throw new CascadeError('EMFILE', `${this.dirs.size} directories are open, the limit`);
-        const names = await f.readdir(this.nodes.pathOf(hdr.nodeid));
+        const entries = await f.readdir(this.nodes.pathOf(hdr.nodeid));
         const dh = this.nextDir++;
-        this.dirs.set(dh, ['.', '..', ...names.filter((n) => n !== '.' && n !== '..')]);
+        const dot = (name: string): DirEntry => ({ name, kind: 'dir' });
+        this.dirs.set(dh, [dot('.'), dot('..'), ...entries.filter((e) => e.name !== '.' && e.name !== '..')]);
         return P.openOut(dh, 0);
       }
       case P.Op.READDIR: {
         const dh = r.u64();
         const offset = r.u64();
         const size = r.u32();
-        const names = this.dirs.get(dh);
-        if (names === undefined) throw new CascadeError('EBADF', `directory handle ${dh} is not open`);
-        return P.packDirents(names, offset, size);
+        const entries = this.dirs.get(dh);
+        if (entries === undefined) throw new CascadeError('EBADF', `directory handle ${dh} is not open`);
+        return P.packDirents(entries, offset, size);
       }
       case P.Op.RELEASEDIR:
         this.dirs.delete(r.u64());

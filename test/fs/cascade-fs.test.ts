@@ -62,7 +62,7 @@ describe('CascadeFs (no kernel)', function () {
     assert.ok((await readFile(fs, '/kv/llama/a/block.bin')).equals(data));
     assert.equal((await store.stat('llama/a/block.bin')).sha256, sha256(data));
     assert.equal((await fs.getattr('/kv/llama/a/block.bin')).sizeBytes, data.length);
-    assert.deepEqual(await fs.readdir('/kv/llama'), ['a']);
+    assert.deepEqual((await fs.readdir('/kv/llama')).map((e) => e.name), ['a']);
   });
 
   it('handles holes, rewrites and ftruncate in a staging file; the commit hash is right', async () => {
@@ -189,7 +189,7 @@ describe('CascadeFs (no kernel)', function () {
     await fs.release(h);
     assert.equal((await readFile(fs, '/kv/m/final')).toString(), 'written after rename');
     await rejectsWith(() => store.get('m/tmp2'), 'ENOENT');
-    assert.deepEqual(await fs.readdir('/kv/m'), ['final']);
+    assert.deepEqual((await fs.readdir('/kv/m')).map((e) => e.name), ['final']);
   });
 
   it('unlink: EPERM while pinned, then gone', async () => {
@@ -238,8 +238,8 @@ describe('CascadeFs (no kernel)', function () {
     await rejectsWith(() => fs.create('/.cascade/x', 0o644, O_CREAT), 'EROFS');
     await fs.unlink('/kv/m/d/f');
     await fs.rmdir('/kv/m/d');
-    assert.deepEqual(await fs.readdir('/kv/m'), []);
-    assert.deepEqual(await fs.readdir('/'), ['kv', '.cascade']);
+    assert.deepEqual((await fs.readdir('/kv/m')).map((e) => e.name), []);
+    assert.deepEqual(await fs.readdir('/'), [{ name: 'kv', kind: 'dir' }, { name: '.cascade', kind: 'dir' }]);
   });
 
   it('a directory rename moves every name below it', async () => {
@@ -260,7 +260,7 @@ describe('CascadeFs (no kernel)', function () {
     const t1 = (await store.stat('m/v')).timeMs;
     await new Promise((r) => setTimeout(r, 5));
     await writeFile(fs, '/kv/m/v', Buffer.from('two!'));
-    assert.deepEqual(await fs.readdir('/.cascade/versions/kv/m/v'), ['1', '2']);
+    assert.deepEqual((await fs.readdir('/.cascade/versions/kv/m/v')).map((e) => e.name), ['1', '2']);
     assert.equal((await readFile(fs, '/.cascade/versions/kv/m/v/1')).toString(), 'one');
     assert.equal((await fs.getattr('/.cascade/versions/kv/m/v/2')).sizeBytes, 4);
     assert.equal((await readFile(fs, `/.cascade/at/${t1}/kv/m/v`)).toString(), 'one');
@@ -296,8 +296,8 @@ describe('CascadeFs (no kernel)', function () {
     await store.put('llama/x/y/z', Buffer.from('1'));
     await store.put('llama/x/w', Buffer.from('2'));
     const fs2 = await createCascadeFs(store, { uid: 0, gid: 0 });
-    assert.deepEqual(await fs2.readdir('/kv'), ['llama']);
-    assert.deepEqual((await fs2.readdir('/kv/llama/x')).sort(), ['w', 'y']);
+    assert.deepEqual((await fs2.readdir('/kv')).map((e) => e.name), ['llama']);
+    assert.deepEqual((await fs2.readdir('/kv/llama/x')).sort((a, b) => a.name.localeCompare(b.name)), [{ name: 'w', kind: 'file' }, { name: 'y', kind: 'dir' }]);
     assert.equal((await fs2.getattr('/kv/llama/x/y')).mode & 0o170000, 0o040000);
   });
   it('inode numbers: kept by rewrites, renames and a rebuild of the tree; new after unlink and create; dirs keep theirs across rename', async () => {
@@ -412,7 +412,7 @@ describe('CascadeFs (no kernel)', function () {
     // What libfuse does for rename(tmp, f) while f is open: hide f, then rename.
     await fs.rename('/kv/m/f', '/kv/m/.fuse_hidden0000000a00000001');
     await fs.rename('/kv/m/tmp', '/kv/m/f');
-    assert.deepEqual(await fs.readdir('/kv/m'), ['f'], 'hidden names are not listed');
+    assert.deepEqual((await fs.readdir('/kv/m')).map((e) => e.name), ['f'], 'hidden names are not listed');
     const buf = Buffer.alloc(3);
     await fs.read(reader, buf, 0);
     assert.equal(buf.toString(), 'one', 'the open handle keeps its version');

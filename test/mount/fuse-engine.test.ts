@@ -10,7 +10,7 @@ import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { CascadeFsOps, FileAttr, FsStatfs, Handle } from '../../fs/types';
+import type { CascadeFsOps, FileAttr, FsStatfs, Handle, DirEntry } from '../../fs/types';
 import { FuseNativeEngine, mountEntry, packStat, resolveMountpoint } from '../../mount/fuse-engine';
 import { runMount } from '../../mount/main';
 import { CascadeError } from '../../store/errors';
@@ -127,10 +127,11 @@ class FakeFs implements CascadeFsOps {
     };
   }
 
-  async readdir(p: string): Promise<string[]> {
+  async readdir(p: string): Promise<DirEntry[]> {
     this.fault('readdir', p);
     if (this.lookup(p).kind !== 'dir') throw new CascadeError('ENOTDIR', p);
-    return this.children(p);
+    const prefix = p === '/' ? '/' : `${p}/`;
+    return this.children(p).map((name) => ({ name, kind: this.lookup(prefix + name).kind === 'dir' ? 'dir' : 'file' }));
   }
 
   async mkdir(p: string, mode: number): Promise<void> {

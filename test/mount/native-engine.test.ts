@@ -70,8 +70,14 @@ describe('native engine: FUSE protocol codec (mount/fuse-proto)', () => {
   });
 
   it('packs directory entries 8-byte aligned, resumes at an offset, and stops at the size', () => {
-    const names = ['.', '..', 'a', 'longer-name'];
+    const names = [
+      { name: '.', kind: 'dir' as const },
+      { name: '..', kind: 'dir' as const },
+      { name: 'a', kind: 'file' as const },
+      { name: 'longer-name', kind: 'dir' as const },
+    ];
     const all = P.packDirents(names, 0, 4096);
+    assert.deepEqual([0, 32, 64, 96].map((at) => all.readUInt32LE(at + 20)), [P.DT.DIR, P.DT.DIR, P.DT.REG, P.DT.DIR], 'd_type of each entry');
     assert.equal(all.length, 32 + 32 + 32 + 40);
     assert.equal(all.readBigUInt64LE(8), 1n); // off of the next entry
     assert.equal(all.readUInt32LE(96 + 16), 'longer-name'.length);

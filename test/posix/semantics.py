@@ -661,6 +661,47 @@ def _(c, want):
     check(kinds == {"f": (True, False), "sub": (False, True)}, f"kinds {kinds}")
 
 
+class Dirent(ctypes.Structure):
+    _fields_ = [("d_ino", ctypes.c_uint64), ("d_off", ctypes.c_int64), ("d_reclen", ctypes.c_ushort),
+                ("d_type", ctypes.c_ubyte), ("d_name", ctypes.c_char * 256)]
+
+
+def d_types(path):
+    """name -> d_type as readdir(3) returns it (os.scandir hides it)."""
+    libc.opendir.restype = ctypes.c_void_p
+    libc.readdir.restype = ctypes.POINTER(Dirent)
+    libc.readdir.argtypes = [ctypes.c_void_p]
+    libc.closedir.argtypes = [ctypes.c_void_p]
+    d = libc.opendir(path.encode())
+    if not d:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+    out = {}
+    try:
+        while True:
+            ent = libc.readdir(d)
+            if not ent:
+                break
+            out[ent.contents.d_name.decode()] = ent.contents.d_type
+    finally:
+        libc.closedir(d)
+    return out
+
+
+@row("readdir.entry-types", "ok")
+def _(c, want):
+    """The native engine fills d_type, so scandir().is_file() costs no stat per entry."""
+    d = c.dir("readdir.entry-types")
+    write_file(d + "/f", b"x")
+    os.mkdir(d + "/sub")
+    types = expect(want, d_types, d)
+    DT_DIR, DT_REG, DT_UNKNOWN = 4, 8, 0
+    if c.engine == "native":
+        check(types == {".": DT_DIR, "..": DT_DIR, "f": DT_REG, "sub": DT_DIR}, f"d_type {types}")
+    else:  # fuse-native: libfuse 2 is handed names only
+        check(types.get("f") in (DT_REG, DT_UNKNOWN) and types.get("sub") in (DT_DIR, DT_UNKNOWN), f"d_type {types}")
+
+
 # ---- names -----------------------------------------------------------------------------------------
 
 @row("name.component-too-long", "ENAMETOOLONG")
