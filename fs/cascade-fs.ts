@@ -257,7 +257,7 @@ export class CascadeFs implements CascadeFsOps {
       case 'stats':
         return this.fileAttr((await this.metaFile(p.file)).length, Date.now(), 0o444, p.file === 'stats.json' ? INO.stats : INO.client);
       case 'kv': {
-        const kind = (await this.kindOf(p.rel));
+        const kind = await this.kindOf(p.rel);
         if (kind === 'dir') return this.dirAttr(this.tree.info(p.rel));
         if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
         // A file with a write session open has the session's size and times, for everyone, as after
@@ -337,9 +337,7 @@ export class CascadeFs implements CascadeFsOps {
     if ((await this.kindOf(rel)) === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     // An existing file keeps its inode number (O_CREAT|O_TRUNC rewrites it); a new one gets a fresh one.
     const ino = await this.fileIno(rel);
-    const existing = (await this.kindOf(rel));
-    if (existing === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
-    this.tree.addFile(rel);
+    this.tree.addFile(rel); // EISDIR if a directory took the name meanwhile
     this.pendingDelete.delete(rel); // re-created after an unlink while open: the new file continues the name
     if ((mode & 0o7777) !== 0o644) this.modes.set(rel, mode & 0o7777);
     return this.openStaging(rel, true, ino);
@@ -355,7 +353,7 @@ export class CascadeFs implements CascadeFsOps {
       if (target === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
       return this.addHandle({ kind: 'read', version: target, release: this.store.lease(target) });
     }
-    const kind = (await this.kindOf(p.rel));
+    const kind = await this.kindOf(p.rel);
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
     const st = this.staging.get(p.rel);
@@ -386,7 +384,7 @@ export class CascadeFs implements CascadeFsOps {
     const p = parse(path);
     let v: VersionRecord | undefined;
     if (p.kind === 'kv') {
-      const kind = (await this.kindOf(p.rel));
+      const kind = await this.kindOf(p.rel);
       if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
       if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
       v = await this.current(p.rel);
@@ -456,7 +454,7 @@ export class CascadeFs implements CascadeFsOps {
     }
     const p = parse(path);
     if (p.kind !== 'kv') throw new CascadeError('EROFS', `${path} is read-only`);
-    const kind = (await this.kindOf(p.rel));
+    const kind = await this.kindOf(p.rel);
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
     const st = this.staging.get(p.rel);
@@ -513,7 +511,7 @@ export class CascadeFs implements CascadeFsOps {
       if (this.pendingDelete.delete(hid.target) && (await this.exists(hid.target))) await this.store.delete(hid.target);
       return;
     }
-    const kind = (await this.kindOf(rel));
+    const kind = await this.kindOf(rel);
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
     const committed = await this.exists(rel);
@@ -528,11 +526,11 @@ export class CascadeFs implements CascadeFsOps {
     const src = this.kvRel(from, 'rename');
     const dst = this.kvRel(to, 'rename');
     if (src === '' || dst === '') throw new CascadeError('EBUSY', '/kv cannot be renamed');
-    const srcKind = (await this.kindOf(src));
+    const srcKind = await this.kindOf(src);
     if (srcKind === undefined) throw new CascadeError('ENOENT', `no such file: ${from}`);
     if (src === dst) return;
     if (srcKind === 'file' && HIDDEN_RE.test(split(dst).base)) return this.hide(src, dst);
-    const dstKind = (await this.kindOf(dst));
+    const dstKind = await this.kindOf(dst);
     const { parent } = split(dst);
     if ((await this.kindOf(parent)) !== 'dir') throw new CascadeError('ENOENT', `no directory /kv/${parent}`);
     if (srcKind === 'dir') return this.renameDir(src, dst, dstKind);
@@ -947,7 +945,7 @@ export class CascadeFs implements CascadeFsOps {
 
   private async resolveVirtual(p: Extract<Parsed, { kind: 'versions' | 'at' }>): Promise<'dir' | VersionRecord> {
     if (p.rel === undefined) return 'dir';
-    const kind = (await this.kindOf(p.rel));
+    const kind = await this.kindOf(p.rel);
     if (kind === 'dir') return 'dir';
     if (p.kind === 'at') {
       if (kind !== 'file') throw new CascadeError('ENOENT', `no such file: /kv/${p.rel}`);

@@ -1016,8 +1016,9 @@ export class Store {
       sizeBytes: data.length,
       run: () =>
         this.locks.with(sha, async () => {
-          const shared = this.config.cluster !== undefined && !this.disk.has(sha);
-          if (this.closed || this.dram.has(sha) || (!this.disk.has(sha) && !shared)) return;
+          // Still stored durably: on this node's disk, or (a cluster) on another node's.
+          if (this.closed || this.dram.has(sha) || (!this.disk.has(sha) && !this.config.cluster)) return;
+          const shared = !this.disk.has(sha);
           if (shared && (await this.meta.block(sha)) === undefined) return; // released meanwhile
           if (!(await this.makeRoom(this.dram.footprintBytes(data.length)))) return;
           await this.dram.write(sha, data);

@@ -53,6 +53,8 @@ const NAMESPACE_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 const COMMAND_TIMEOUT_MS = 5_000;
 /** How long connect() waits for Redis to answer. */
 const CONNECT_TIMEOUT_MS = 5_000;
+/** Block rows read per round trip by blocks(). */
+const BLOCKS_BATCH = 1000;
 /**
  * Released blocks a node has not yet dropped, at most (its queue keeps the newest). A node that falls
  * further behind drops the rest of its stale copies at its next start, when it reconciles.
@@ -342,6 +344,14 @@ function parseMember(name: string, member: string): VersionRecord {
   return { name, version: Number(m[1]), sha256: m[2], sizeBytes: Number(m[3]), timeMs: Number(m[4]), ino: Number(m[5]) };
 }
 
+const BLOCK_FIELDS = ['size', 'refs', 'pinned'] as const;
+
+/** A block row from its hash fields (BLOCK_FIELDS order), or undefined when there is none. */
+function blockRow(sha256: string, [size, refs, pinned]: Array<string | null>): BlockRecord | undefined {
+  if (size === null) return undefined;
+  return { sha256, sizeBytes: Number(size), refs: Number(refs), pinned: pinned === '1' };
+}
+
 /** Errors from Redis: ours (ENOENT/ENOSPC/ASSERT from the scripts), else the connection's: EIO. */
 function mapError(e: unknown): unknown {
   if (isCascadeError(e)) return e;
@@ -538,13 +548,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
   }
 
   async block(sha256: string): Promise<BlockRecord | undefined> {
-    return this.guard(async () => this.readBlock(sha256));
-  }
-
-  private async readBlock(sha256: string): Promise<BlockRecord | undefined> {
-    const [size, refs, pinned] = await this.client.hmget(this.key(`b:${sha256}`), 'size', 'refs', 'pinned');
-    if (size === null) return undefined;
-    return { sha256, sizeBytes: Number(size), refs: Number(refs), pinned: pinned === '1' };
+    return this.guard(async () => blockRow(sha256, await this.client.hmget(this.key(`b:${sha256}`), ...BLOCK_FIELDS)));
   }
 
   async setPinned(sha256: string, pinned: boolean): Promise<void> {
@@ -557,9 +561,18 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
     return this.guard(async () => {
       const shas = (await this.client.smembers(this.key('blocks'))).sort();
       const out: BlockRecord[] = [];
-      for (const sha of shas) {
-        const b = await this.readBlock(sha);
-        if (b) out.push(b);
+      // A node reads every row when it starts: one round trip per batch, not per block.
+      for (let i = 0; i < shas.length; i += BLOCKS_BATCH) {
+        const batch = shas.slice(i, i + BLOCKS_BATCH);
+        const pipe = this.client.pipeline();
+        for (const sha of batch) pipe.hmget(this.key(`b:${sha}`), ...BLOCK_FIELDS);
+        const replies = (await pipe.exec()) ?? [];
+        batch.forEach((sha, j) => {
+          const [err, fields] = replies[j] ?? [new Error('no reply'), null];
+          if (err) throw err;
+          const b = blockRow(sha, fields as Array<string | null>);
+          if (b) out.push(b);
+        });
       }
       return out;
     });
