@@ -158,10 +158,15 @@ interface MountArgs extends CommonArgs {
   cluster?: string;
   node?: string;
   shared?: string;
+  fabric?: string;
+  fabricAddr?: string;
+  remotePromoteAfter?: number;
 }
 
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
-const MOUNT_CONFIG_KEYS = ['data', 'dram', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine', 'cluster', 'node', 'shared'] as const;
+const MOUNT_CONFIG_KEYS = [
+  'data', 'dram', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
+] as const;
 
 /**
  * Reads a mount config file for yargs (which lets command-line flags win over it). Accepts the flag
@@ -185,14 +190,16 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     }
     const bad = (want: string) => new CascadeError('EINVAL', `config file ${file}: "${rawKey}" must be ${want}, not ${JSON.stringify(value)}`);
     if ((key === 'data' || key === 'shared') && typeof value !== 'string') throw bad('a directory path');
-    if ((key === 'cluster' || key === 'node') && typeof value !== 'string') throw bad('a string');
+    if ((key === 'cluster' || key === 'node' || key === 'fabric' || key === 'fabric-addr') && typeof value !== 'string') throw bad('a string');
+    if (key === 'remote-promote-after' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
     if (key === 'kernel-cache' && typeof value !== 'boolean') throw bad('true or false');
     if (key === 'engine' && !(ENGINES as readonly unknown[]).includes(value)) throw bad(ENGINES.join(', '));
     // A relative data directory means relative to the config file, not to wherever mount runs.
     const isDir = key === 'data' || key === 'shared';
-    out[key] = isDir ? path.resolve(path.dirname(file), value as string) : typeof value === 'number' && key !== 'keep-versions' ? String(value) : value;
+    const numeric = key === 'keep-versions' || key === 'remote-promote-after';
+    out[key] = isDir ? path.resolve(path.dirname(file), value as string) : typeof value === 'number' && !numeric ? String(value) : value;
   }
   return out;
 }
@@ -217,8 +224,14 @@ async function mount(args: MountArgs): Promise<void> {
   if (!(ENGINES as readonly string[]).includes(args.engine)) {
     throw new CascadeError('EINVAL', `--engine must be one of ${ENGINES.join(', ')}, not ${JSON.stringify(args.engine)}`);
   }
-  if ((args.node !== undefined || args.shared !== undefined) && args.cluster === undefined) {
-    throw new CascadeError('EINVAL', '--node and --shared belong to a cluster: give --cluster redis://HOST:PORT too');
+  if ((args.node ?? args.shared ?? args.fabric ?? args.fabricAddr ?? args.remotePromoteAfter) !== undefined && args.cluster === undefined) {
+    throw new CascadeError('EINVAL', '--node, --shared, --fabric, --fabric-addr and --remote-promote-after belong to a cluster: give --cluster redis://HOST:PORT too');
+  }
+  if (args.remotePromoteAfter !== undefined && !(Number.isInteger(args.remotePromoteAfter) && args.remotePromoteAfter >= 1 && args.remotePromoteAfter <= 1_000_000)) {
+    throw new CascadeError('EINVAL', `--remote-promote-after must be a whole number in 1..1000000, not ${args.remotePromoteAfter}`);
+  }
+  if (args.fabric !== undefined && !/^[A-Za-z0-9_;.-]{1,64}$/.test(args.fabric)) {
+    throw new CascadeError('EINVAL', `--fabric must be "off" or a libfabric provider such as "tcp;ofi_rxm", "cxi", "verbs;ofi_rxm", not ${JSON.stringify(args.fabric)}`);
   }
   if (args.cluster !== undefined && args.shared === undefined) {
     throw new CascadeError('EINVAL', '--cluster needs --shared DIR: the directory every node reads (Lustre on a cluster)');
@@ -226,7 +239,15 @@ async function mount(args: MountArgs): Promise<void> {
   const cluster =
     args.cluster === undefined
       ? undefined
-      : { url: args.cluster, node: args.node ?? defaultNodeName(), sharedDir: path.resolve(args.shared!) };
+      : {
+          url: args.cluster,
+          node: args.node ?? defaultNodeName(),
+          sharedDir: path.resolve(args.shared!),
+          remote:
+            args.fabric === 'off'
+              ? (false as const)
+              : { provider: args.fabric, address: args.fabricAddr, promoteAfterReads: args.remotePromoteAfter },
+        };
   // Loaded here, not at the top: only mount/unmount need fuse-native (and the system libfuse).
   const { runMount } = await import('./main');
   await runMount({
@@ -263,8 +284,13 @@ async function clusterStatus(args: { cluster: string; json: boolean }): Promise<
           `node ${node}: ${live ? 'live' : 'gone'}` +
             (f?.atMs
               ? ` (${f.host} pid ${f.pid}, ${((Date.now() - f.atMs) / 1000).toFixed(1)} s ago): DRAM ${formatBytes(dram?.usedBytes ?? 0)} of ${formatBytes(dram?.capacityBytes ?? 0)}, ` +
-                `disk ${formatBytes(disk?.usedBytes ?? 0)} in ${disk?.blocks ?? 0} blocks; hits dram ${f.hits?.dram ?? 0}, disk ${f.hits?.disk ?? 0}, shared ${f.hits?.shared ?? 0}; ` +
-                `${f.sharedLoads ?? 0} blocks (${formatBytes(f.sharedLoadBytes ?? 0)}) loaded from other nodes; promotions ${f.promotions ?? 0}, dedup hits ${f.dedupHits ?? 0}`
+                `disk ${formatBytes(disk?.usedBytes ?? 0)} in ${disk?.blocks ?? 0} blocks; hits dram ${f.hits?.dram ?? 0}, remote ${f.hits?.remote ?? 0}, disk ${f.hits?.disk ?? 0}, shared ${f.hits?.shared ?? 0}; ` +
+                `${f.sharedLoads ?? 0} blocks (${formatBytes(f.sharedLoadBytes ?? 0)}) loaded from the shared tier; ` +
+                (f.remote
+                  ? `remote DRAM (${f.remote.provider}): ${f.remote.loads} blocks (${formatBytes(f.remote.loadBytes)}) fetched, ${f.remote.fallbacks} fallbacks, ${f.remote.promotions} kept, ` +
+                    `${f.remote.fabric.holdsGranted} served (${formatBytes(f.remote.fabric.servedBytes)}); `
+                  : 'remote DRAM off; ') +
+                `promotions ${f.promotions ?? 0}, dedup hits ${f.dedupHits ?? 0}`
               : ' (no figures)'),
         );
       }
@@ -434,7 +460,14 @@ export function buildCli(argv: string[]) {
           })
           .option('node', { type: 'string', describe: 'this node\'s name in the cluster (default: the host name); one running daemon per name' })
           .option('shared', { type: 'string', describe: 'with --cluster: the shared tier, a directory every node reads (Lustre); this node appends to <shared>/nodes/<node>/' })
-          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared); flags on the command line win', deferMountConfigErrors)
+          .option('fabric', {
+            type: 'string',
+            describe:
+              'with --cluster: the libfabric provider for the remote DRAM tier (reads of blocks other nodes hold in DRAM): "tcp;ofi_rxm" (Ethernet), "cxi" (Slingshot-11), "verbs;ofi_rxm" (InfiniBand), or "off" (default: $FI_PROVIDER, else tcp;ofi_rxm)',
+          })
+          .option('fabric-addr', { type: 'string', describe: 'with --cluster: the address this node\'s fabric endpoint binds, reachable by the other nodes (default: the provider\'s first interface)' })
+          .option('remote-promote-after', { type: 'number', describe: 'with --cluster: remote reads of a block on this node before it keeps its own DRAM copy (default 3)' })
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
           .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
           .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run')

@@ -6,6 +6,7 @@
 import * as fs from 'node:fs';
 import type { CascadeFsOps } from '../fs/types';
 import { Store, type StoreConfig } from '../store/store';
+import type { RemoteDramOptions } from '../store/remote';
 import { CascadeError } from '../store/errors';
 import type { EngineChoice } from './defaults';
 import { LocalServer } from './local-server';
@@ -31,7 +32,7 @@ export interface MountOptions {
    * One node of a cluster: metadata in Redis (`redis://host:port[/namespace]`, several hosts for a
    * Redis Cluster), this node's segments in `<shared>/nodes/<node>/` on the shared tier.
    */
-  cluster?: { url: string; node: string; sharedDir: string };
+  cluster?: { url: string; node: string; sharedDir: string; remote?: RemoteDramOptions | false };
   log: (msg: string) => void;
   /** Tests: stop without a signal. */
   stop?: AbortSignal;
@@ -125,10 +126,10 @@ export async function runMount(opts: MountOptions): Promise<void> {
 }
 
 /** The Redis metadata engine (loaded only for a cluster) and the store's cluster settings. */
-async function openCluster(c: { url: string; node: string; sharedDir: string }): Promise<Pick<StoreConfig, 'metaEngine' | 'cluster'>> {
+async function openCluster(c: NonNullable<MountOptions['cluster']>): Promise<Pick<StoreConfig, 'metaEngine' | 'cluster'>> {
   const { parseRedisUrl, RedisMeta } = await import('../store/meta/redis');
   const meta = await RedisMeta.connect(parseRedisUrl(c.url));
-  return { metaEngine: meta, cluster: { node: c.node, sharedDir: c.sharedDir, directory: meta } };
+  return { metaEngine: meta, cluster: { node: c.node, sharedDir: c.sharedDir, directory: meta, remote: c.remote } };
 }
 
 /** The real filesystem layer, loaded on first use: tests inject their own and never load it. */

@@ -62,7 +62,49 @@ export interface NativeArenaBinding {
   describe(handle: number): { sizeBytes: number; extents: number[] };
   stats(): NativeArenaStats;
   region(): NativeRegion;
+  /** Give a live block its content name (hex SHA-256): remote peers hold it by that name (Fabric). */
+  name(handle: number, sha256: string): void;
+  /** SHA-256 (hex) of a live block's bytes, hashed on a worker thread. */
+  sha256Async(handle: number): Promise<string>;
   /** Unmap (after copies in flight finish). Later calls throw EBADF. */
+  close(): void;
+}
+
+export interface NativeFabricStats {
+  /** Fetches whose reads all completed (before the caller's hash check), and their bytes. */
+  fetches: number;
+  fetchedBytes: number;
+  /** Absent at the peer, timed out, refused, transport errors. */
+  fetchFailures: number;
+  fetchesAbsent: number;
+  fetchesInFlight: number;
+  /** Holds this node granted to peers, refused (absent or busy), expired unreleased, active now. */
+  holdsGranted: number;
+  holdsRefused: number;
+  holdsExpired: number;
+  holdsActive: number;
+  /** Bytes of the blocks held for peers. */
+  servedBytes: number;
+  /** Malformed or unknown messages dropped. */
+  badMessages: number;
+  /** Messages a peer never took (gone): the fetches they belonged to timed out. */
+  sendsDropped: number;
+}
+
+/** One libfabric endpoint with the DRAM arena registered for remote reads (native/src/core/fabric.h). */
+export interface NativeFabricBinding {
+  /** This endpoint's address, hex: what peers pass to fetch(). */
+  address(): string;
+  /** The provider in use, e.g. "tcp;ofi_rxm". */
+  provider(): string;
+  /**
+   * Fill the local arena block `handle` (sizeBytes long) with the block named `sha256` from the peer's
+   * arena (hold, fi_read, release). Rejects ESTALE when the peer does not hold it, EBUSY when too many
+   * fetches wait, EIO on timeouts and transport errors. The caller checks the bytes (sha256Async).
+   */
+  fetch(peer: string, sha256: string, sizeBytes: number, handle: number, timeoutMs: number): Promise<void>;
+  stats(): NativeFabricStats;
+  /** Stop the progress thread and deregister (pending fetches reject EBADF). Idempotent. */
   close(): void;
 }
 
@@ -152,6 +194,18 @@ export interface NativeBinding {
   Arena: new (fd: number, capacityBytes: number, pageBytes: number, prefault: boolean) => NativeArenaBinding;
   Hasher: new () => NativeHasherBinding;
   Mapping: new (path: string) => NativeMappingBinding;
+  /**
+   * Present when built with libfabric (features.libfabric). provider: FI_PROVIDER syntax; node: the
+   * address to bind ('' = the provider's first interface).
+   */
+  Fabric?: new (
+    arena: NativeArenaBinding,
+    provider: string,
+    node: string,
+    fetchesPerPeerMax: number,
+    holdsMax: number,
+    holdTimeoutMs: number,
+  ) => NativeFabricBinding;
   FuseSession: new (options: FuseSessionOptions, onRequest: (request: Buffer) => void, onInit: (ok: boolean, why: string) => void) => NativeFuseSessionBinding;
   sha256(data: Uint8Array): Promise<string>;
   sha256Sync(data: Uint8Array): string;

@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 # Not fuse3: it replaces the fuse package and breaks fusermount for libfuse2. attr: setfattr/getfattr.
 # cmake + libssl-dev: the native addon (native/, built by cmake-js; SHA-256 from OpenSSL's libcrypto).
 # redis-server (with redis-cli): the metadata engine for many nodes; its tests start their own servers.
-APT_PACKAGES=(g++ make cmake python3 util-linux coreutils ca-certificates libfuse2 fuse attr libssl-dev redis-server)
+# libfabric-dev + pkg-config: the remote DRAM tier's data plane (native/src/core/fabric.cc, found by
+# pkg-config); iproute2: the cluster tests' network namespaces (ip netns, veth).
+APT_PACKAGES=(g++ make cmake pkg-config python3 util-linux coreutils ca-certificates libfuse2 fuse attr libssl-dev redis-server libfabric-dev iproute2)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -131,7 +131,20 @@ export interface ClusterDirectory {
     ino: number | undefined,
     placement: BlockPlacement | undefined,
     knownOnly?: boolean,
+    /** This node keeps the content in DRAM: recorded with the commit, so readers can fetch it at once. */
+    dramHolder?: string,
   ): Promise<CommitResult>;
+  /**
+   * Which nodes hold which content in DRAM (for remote reads): a hint, applied in order. A block's
+   * members go with its block row.
+   */
+  advertiseDram(changes: ReadonlyArray<{ sha256: string; node: string; held: boolean }>): Promise<void>;
+  /** Nodes that said they hold the content in DRAM (possibly stale: ask them). */
+  dramHolders(sha256: string): Promise<string[]>;
+  /** Ask `node` to keep a DRAM copy of pinned content (a second copy of a pin, cluster-wide). */
+  requestReplica(node: string, sha256: string): Promise<void>;
+  /** Replica requests for this node, at most `max`, taken off its queue. */
+  takeReplicaRequests(node: string, max: number): Promise<string[]>;
   /** Record a copy of existing content (after compaction moved it, or at a node's restart). */
   placeBlock(sha256: string, placement: BlockPlacement): Promise<void>;
   unplaceBlock(sha256: string, node: string): Promise<void>;

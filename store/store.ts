@@ -42,6 +42,7 @@ import { NativeArenaTier } from './tiers/native-dram';
 import { sha256Hex } from './hash';
 import { nativeBinding } from '../native';
 import { LRUCache } from 'lru-cache';
+import { RemoteDram, type RemoteDramFigures, type RemoteDramOptions } from './remote';
 
 export interface StoreConfig {
   /** Directory for the disk tier's segments and the metadata database. */
@@ -80,7 +81,16 @@ export interface StoreConfig {
    * written through to it before its commit, and blocks this node lacks are read from other nodes'
    * segments on the shared tier (verified). `dataDir` is not used for data then.
    */
-  cluster?: { node: string; sharedDir: string; directory: ClusterDirectory };
+  cluster?: {
+    node: string;
+    sharedDir: string;
+    directory: ClusterDirectory;
+    /**
+     * The remote DRAM tier (store/remote.ts): read blocks other nodes hold in DRAM over libfabric, and
+     * serve this node's. Default on when the addon has libfabric and DRAM is the native arena; false: off.
+     */
+    remote?: RemoteDramOptions | false;
+  };
   nowMs?: () => number;
   /** Where warnings go (default: stderr). */
   log?: (message: string) => void;
@@ -117,7 +127,14 @@ export interface StoreStats {
    * Cluster mode: this node; blocks it loaded whole from other nodes' segments (each load once, however
    * many reads it then serves); every node of the namespace with its last published figures.
    */
-  cluster?: { node: string; sharedLoads: number; sharedLoadBytes: number; nodes: Array<{ node: string; live: boolean; stats: unknown }> };
+  cluster?: {
+    node: string;
+    sharedLoads: number;
+    sharedLoadBytes: number;
+    /** The remote DRAM tier: this node's endpoint, its fetches from peers and what it served them. */
+    remote?: RemoteDramFigures;
+    nodes: Array<{ node: string; live: boolean; stats: unknown }>;
+  };
 }
 
 /** What a cluster node publishes about itself with each heartbeat (`cascade cluster status`). */
@@ -133,6 +150,8 @@ export interface NodeFigures {
   pinnedBytes: number;
   sharedLoads: number;
   sharedLoadBytes: number;
+  /** The remote DRAM tier's figures, with the endpoint address peers fetch from. */
+  remote?: RemoteDramFigures;
 }
 
 /** Bounds of the DRAM recency order (see LruEviction): 1 Mi entries cost ~60 ms at open. */
@@ -147,6 +166,10 @@ const NODE_HEARTBEAT_MS = 5_000;
 const PLACE_CONCURRENCY = 64;
 /** Released blocks a node drops per heartbeat (a release elsewhere names this node's copies). */
 const RECLAIM_BATCH = 4096;
+/** A borrowed copy read request by request (no hold) stays this long after its last read. */
+const BORROWED_GRACE_MS = 1_000;
+/** Replica requests a node takes per heartbeat. */
+const REPLICA_BATCH = 64;
 /** Blocks whose places on the shared tier a node remembers (reads still check every byte). */
 const PLACEMENT_CACHE_ENTRIES = 65_536;
 /** A node name is a directory name on the shared tier and a key part in the directory. */
@@ -220,9 +243,20 @@ export class Store {
    * whole lease). Its segments are that daemon's now: this one refuses writes from then on.
    */
   private leaseLost = false;
+  /** Cluster mode: the remote DRAM tier (undefined: off, or no libfabric in the addon). */
+  private remote: RemoteDram | undefined;
+  /**
+   * Copies fetched from a peer's DRAM that were not read often enough here to keep (RemotePromotion):
+   * dropped when the last reader lets go, and never advertised to other nodes.
+   */
+  private readonly borrowed = new Set<string>();
+  /** Borrowed copies read without a hold: dropped BORROWED_GRACE_MS after their last read. */
+  private readonly borrowedTimers = new Map<string, NodeJS.Timeout>();
+  /** Cluster mode: content pinned here as the second DRAM copy of another node's pin. */
+  private readonly replicas = new Set<string>();
 
   private readonly counters = {
-    hits: { dram: 0, disk: 0, shared: 0 } as Record<string, number>,
+    hits: { dram: 0, remote: 0, disk: 0, shared: 0 } as Record<string, number>,
     misses: 0,
     evictions: 0,
     promotions: 0,
@@ -292,6 +326,11 @@ export class Store {
         }));
       opened.push(disk);
       store = new Store(dram, disk, meta, config, token);
+      if (cluster && cluster.remote !== false && dram instanceof NativeArenaTier && dram.capacityBytes > 0) {
+        const s = store;
+        s.remote = RemoteDram.open(dram, cluster.node, cluster.directory, cluster.remote ?? {}, (m) => s.warn(m));
+        if (s.remote) opened.splice(opened.indexOf(dram) + 1, 0, s.remote); // closed before the arena
+      }
       await store.reconcile();
       store.startHeartbeat();
       return store;
@@ -470,7 +509,7 @@ export class Store {
     const releaseLease = this.lease(v);
     try {
       const extents = await this.locks.with(sha, async () => {
-        await this.ensureInDram(sha, v.sizeBytes);
+        await this.ensureInDram(sha, v.sizeBytes, true);
         this.dramHolds.set(sha, (this.dramHolds.get(sha) ?? 0) + 1);
         const e = dram.extentsOf(sha);
         assert(e !== undefined && e.sizeBytes === v.sizeBytes, 'held content is in DRAM with its size');
@@ -486,6 +525,7 @@ export class Store {
           const n = (this.dramHolds.get(sha) ?? 1) - 1;
           if (n > 0) this.dramHolds.set(sha, n);
           else this.dramHolds.delete(sha);
+          if (n <= 0 && this.borrowed.has(sha)) this.dropBorrowed(sha);
           releaseLease();
         },
       };
@@ -526,6 +566,8 @@ export class Store {
       this.pinned.set(cur.sha256, cur.sizeBytes);
       this.pinnedBytes += cur.sizeBytes;
     });
+    // A pinned prefix keeps a second DRAM copy on another node, so losing one node loses no pin.
+    if (this.config.cluster) this.askReplica(cur.sha256).catch((e: unknown) => this.warn(`asking for a replica of pinned ${cur.sha256}: ${String(e)}`));
   }
 
   async unpin(name: string): Promise<void> {
@@ -535,11 +577,57 @@ export class Store {
     if (!cur) throw new CascadeError('ENOENT', `no such name: ${name}`);
     await this.locks.with(cur.sha256, async () => {
       const size = this.pinned.get(cur.sha256);
-      if (size === undefined) return;
+      // In a cluster the pin may be another node's: the shared row is what counts.
+      if (size === undefined) {
+        if (this.config.cluster && (await this.meta.block(cur.sha256))?.pinned === true) await this.meta.setPinned(cur.sha256, false);
+        return;
+      }
       await this.meta.setPinned(cur.sha256, false);
       this.pinned.delete(cur.sha256);
       this.pinnedBytes -= size;
+      this.replicas.delete(cur.sha256);
     });
+  }
+
+  /** Cluster: ask one other live node (one that holds the content in DRAM already, if any) to pin a copy. */
+  private async askReplica(sha: string): Promise<void> {
+    const c = this.config.cluster!;
+    const live = (await c.directory.liveNodes()).filter((n) => n !== c.node);
+    if (live.length === 0) return; // a one-node cluster: one copy is all there can be
+    const holders = new Set(await c.directory.dramHolders(sha));
+    const warm = live.filter((n) => holders.has(n));
+    const pool = warm.length > 0 ? warm : live;
+    await c.directory.requestReplica(pool[Math.floor(Math.random() * pool.length)], sha);
+  }
+
+  /** Cluster, each heartbeat: pin the copies other nodes asked for; let go of those no longer pinned. */
+  private async tendReplicas(): Promise<void> {
+    const c = this.config.cluster!;
+    for (const sha of await c.directory.takeReplicaRequests(c.node, REPLICA_BATCH)) {
+      const row = await this.meta.block(sha);
+      if (row?.pinned !== true || this.closing) continue;
+      await this.locks.with(sha, async () => {
+        if (this.pinned.has(sha)) return;
+        if (this.pinnedBytes + row.sizeBytes > this.pinQuotaBytes) {
+          this.warn(`no replica of pinned ${sha} here: ${row.sizeBytes} bytes would exceed this node's pin quota (${this.pinnedBytes} of ${this.pinQuotaBytes})`);
+          return;
+        }
+        await this.ensureInDram(sha, row.sizeBytes);
+        this.pinned.set(sha, row.sizeBytes);
+        this.pinnedBytes += row.sizeBytes;
+        this.replicas.add(sha);
+      });
+    }
+    for (const sha of [...this.replicas]) {
+      const row = await this.meta.block(sha);
+      if (row?.pinned === true) continue;
+      await this.locks.with(sha, async () => {
+        const size = this.pinned.get(sha);
+        if (!this.replicas.delete(sha) || size === undefined) return;
+        this.pinned.delete(sha);
+        this.pinnedBytes -= size;
+      });
+    }
   }
 
   // ---- reads --------------------------------------------------------------------------------------
@@ -563,7 +651,14 @@ export class Store {
 
   async stat(name: string, which: VersionSelector = {}): Promise<BlockInfo> {
     const v = await this.resolve(name, which);
-    return { ...v, tier: this.tierOf(v.sha256), pinned: this.pinned.has(v.sha256) };
+    let tier = this.tierOf(v.sha256);
+    const c = this.config.cluster;
+    if (c && this.remote && !this.dram.has(v.sha256) && !this.disk.has(v.sha256)) {
+      // Not here: in a peer's DRAM (where a read would fetch it from), else on the shared tier.
+      const holders = await c.directory.dramHolders(v.sha256).catch(() => []);
+      if (holders.some((n) => n !== c.node)) tier = 'remote';
+    }
+    return { ...v, tier, pinned: this.pinned.has(v.sha256) };
   }
 
   async versions(name: string): Promise<VersionRecord[]> {
@@ -641,6 +736,7 @@ export class Store {
             node: this.config.cluster.node,
             sharedLoads: this.counters.sharedLoads,
             sharedLoadBytes: this.counters.sharedLoadBytes,
+            remote: this.remote?.stats(),
             nodes: await this.config.cluster.directory.nodeStats(),
           }
         : undefined,
@@ -661,6 +757,7 @@ export class Store {
       pinnedBytes: this.pinnedBytes,
       sharedLoads: this.counters.sharedLoads,
       sharedLoadBytes: this.counters.sharedLoadBytes,
+      remote: this.remote?.stats(),
     };
   }
 
@@ -684,6 +781,7 @@ export class Store {
       await this.meta.sync();
     } finally {
       this.closed = true;
+      await this.remote?.close().catch((e: unknown) => this.warn(`closing the remote DRAM tier: ${String(e)}`));
       await this.dram.close();
       await this.disk.close();
       const c = this.config.cluster;
@@ -723,7 +821,9 @@ export class Store {
       if (!c) return this.meta.commit(name, sha, sizeBytes, this.now(), this.keepVersions, ino);
       // Committed together with where this node holds the content (when it does), so a reader on
       // another node never finds the version without a place to read it.
-      return c.directory.commitPlaced(name, sha, sizeBytes, this.now(), this.keepVersions, ino, this.placement(sha));
+      // With the remote tier on, the DRAM copy is advertised in the same step: readers fetch it at once.
+      const inDram = this.remote !== undefined && this.dram.has(sha) && !this.borrowed.has(sha);
+      return c.directory.commitPlaced(name, sha, sizeBytes, this.now(), this.keepVersions, ino, this.placement(sha), false, inDram ? c.node : undefined);
     });
     await this.reclaim(result.released);
     return result.version;
@@ -796,6 +896,7 @@ export class Store {
     await this.dram.delete(key);
     this.eviction.removed(key);
     this.sharedClean.delete(key);
+    if (!this.borrowed.delete(key)) this.remote?.advertise(key, false);
     this.counters.evictions++;
   }
 
@@ -898,6 +999,18 @@ export class Store {
       }
     }
     const local = this.disk.has(sha);
+    if (!local && this.remote) {
+      // A peer may hold it in DRAM: fetch it into DRAM here (single flight per block), read from there.
+      const n = await this.locks.with(sha, async () => {
+        if (this.dram.has(sha)) this.counters.hits.dram++;
+        else if (!(await this.fetchRemote(sha, sizeBytes, true))) return undefined;
+        const got = await this.dram.read(sha, offsetBytes, target);
+        // Reads without a hold come one request at a time: the copy stays while they keep coming.
+        if (this.borrowed.has(sha)) this.dropBorrowedLater(sha);
+        return got;
+      }).catch((e: unknown) => (isCascadeError(e, 'ENOENT') ? undefined : Promise.reject(e)));
+      if (n !== undefined) return n;
+    }
     if (!local && !this.config.cluster) {
       this.counters.misses++;
       throw new CascadeError('EIO', `content ${sha} is in no tier (lost after a failed fsync or a crash)`);
@@ -996,6 +1109,7 @@ export class Store {
           // Copies of content another node released: reclaim() keeps any that was stored again.
           const released = await c.directory.takeReclaims(c.node, RECLAIM_BATCH);
           if (released.length > 0 && !this.closing) await this.reclaim(released);
+          if (!this.closing) await this.tendReplicas();
         },
         (e: unknown) => this.warn(`node ${c.node}: heartbeat failed: ${String(e)}`),
       ).catch((e: unknown) => this.warn(`node ${c.node}: publishing its figures failed: ${String(e)}`));
@@ -1024,13 +1138,23 @@ export class Store {
           await this.dram.write(sha, data);
           if (shared) this.sharedClean.add(sha);
           this.eviction.admitted(sha);
+          this.remote?.advertise(sha, true);
           this.counters.promotions++;
         }),
     });
   }
 
-  private async ensureInDram(sha: string, sizeBytes: number): Promise<void> {
-    if (this.dram.has(sha)) return;
+  /**
+   * Bring a block into DRAM: from this node's disk, a peer's DRAM (cluster, remote tier on), or the
+   * shared tier. `reading`: for a reader (a remote copy is counted and may stay borrowed); else for a
+   * pin or a warmup, which keep the copy.
+   */
+  private async ensureInDram(sha: string, sizeBytes: number, reading = false): Promise<void> {
+    if (this.dram.has(sha)) {
+      if (!reading && this.borrowed.delete(sha)) this.remote?.advertise(sha, true); // kept from now on
+      return;
+    }
+    if (await this.fetchRemote(sha, sizeBytes, reading)) return;
     const data = await this.loadFromDisk(sha, sizeBytes);
     if (!(await this.makeRoom(this.dram.footprintBytes(sizeBytes)))) {
       // Room may be held by blocks waiting for the flusher: let it finish, then try once more.
@@ -1042,7 +1166,54 @@ export class Store {
     await this.dram.write(sha, data);
     if (!this.disk.has(sha)) this.sharedClean.add(sha);
     this.eviction.admitted(sha);
+    this.remote?.advertise(sha, true);
     this.counters.promotions++;
+  }
+
+  /**
+   * Cluster, remote tier on: fetch a block this node lacks from a peer's DRAM into DRAM here. false
+   * when no peer could (or no room): the caller reads the shared tier. Under the block's lock.
+   */
+  private async fetchRemote(sha: string, sizeBytes: number, reading: boolean): Promise<boolean> {
+    const remote = this.remote;
+    if (!remote || this.disk.has(sha) || !(this.dram instanceof NativeArenaTier) || !(await this.roomFor(sizeBytes))) return false;
+    if (!(await remote.fetch(this.dram, sha, sizeBytes))) return false;
+    this.sharedClean.add(sha);
+    this.eviction.admitted(sha);
+    if (reading) this.counters.hits.remote++;
+    if (!reading || remote.remoteRead(sha)) remote.advertise(sha, true);
+    else this.borrowed.add(sha);
+    return true;
+  }
+
+  /** Make room in DRAM for a block of sizeBytes (false when pins and open readers fill it). */
+  private async roomFor(sizeBytes: number): Promise<boolean> {
+    return this.makeRoom(this.dram.footprintBytes(sizeBytes));
+  }
+
+  private dropBorrowedLater(sha: string): void {
+    clearTimeout(this.borrowedTimers.get(sha));
+    const t = setTimeout(() => {
+      this.borrowedTimers.delete(sha);
+      if (!this.dramHolds.has(sha)) this.dropBorrowed(sha);
+    }, BORROWED_GRACE_MS);
+    t.unref();
+    this.borrowedTimers.set(sha, t);
+  }
+
+  /** A borrowed copy nobody reads any more goes (it was read remotely too rarely to keep). */
+  private dropBorrowed(sha: string): void {
+    clearTimeout(this.borrowedTimers.get(sha));
+    this.borrowedTimers.delete(sha);
+    void this.locks
+      .with(sha, async () => {
+        if (!this.borrowed.has(sha) || this.dramHolds.has(sha) || this.pinned.has(sha) || !this.dram.has(sha)) return;
+        this.borrowed.delete(sha);
+        await this.dram.delete(sha);
+        this.eviction.removed(sha);
+        this.sharedClean.delete(sha);
+      })
+      .catch((e: unknown) => this.warn(`dropping a borrowed copy of ${sha}: ${String(e)}`));
   }
 
   // ---- internals: reclamation and recovery ----------------------------------------------------------
@@ -1075,6 +1246,8 @@ export class Store {
       this.eviction.removed(sha);
     }
     this.sharedClean.delete(sha);
+    this.borrowed.delete(sha);
+    this.replicas.delete(sha);
     this.placements.delete(sha);
     await this.disk.delete(sha);
   }

@@ -324,7 +324,62 @@ void TestIo() {
 
 }  // namespace
 
+// Content names and remote holds (what a fabric peer uses): a held block freed meanwhile keeps its
+// pages until the hold ends, and its name is gone at once.
+void TestNamesAndHolds() {
+  Arena* a = OpenArena(1 << 20, 4096);
+  uint8_t name[kContentNameBytes], other[kContentNameBytes];
+  memset(name, 0xab, sizeof name);
+  memset(other, 0xcd, sizeof other);
+  uint64_t h;
+  EXPECT(a->Allocate(3 * 4096 + 5, &h) == Status::kOk);
+  std::vector<uint8_t> data(3 * 4096 + 5, 9);
+  EXPECT(a->Write(h, 0, data.data(), data.size()) == Status::kOk);
+  ArenaHold hold;
+  EXPECT(a->HoldNamed(name, data.size(), &hold) == Status::kStale);  // not named yet
+  EXPECT(a->Name(h, name) == Status::kOk);
+  EXPECT(a->HoldNamed(name, data.size() + 1, &hold) == Status::kStale);  // another size
+  EXPECT(a->HoldNamed(other, data.size(), &hold) == Status::kStale);
+  EXPECT(a->HoldNamed(name, data.size(), &hold) == Status::kOk);
+  EXPECT(hold.sizeBytes == data.size() && !hold.extents.empty());
+  uint64_t covered = 0;
+  for (const Extent& e : hold.extents) covered += e.lengthBytes;
+  EXPECT(covered == data.size());
+  EXPECT(a->Stats().holdsActive == 1 && a->Stats().namedBlocks == 1);
+  const uint64_t freeBefore = a->Stats().freeBytes;
+  EXPECT(a->Free(h) == Status::kOk);
+  ArenaHold again;
+  EXPECT(a->HoldNamed(name, data.size(), &again) == Status::kStale);  // the name went with the free
+  EXPECT(a->Stats().freeBytes == freeBefore);  // pages still held
+  // A new block cannot get those pages while the hold lasts.
+  uint64_t h2;
+  EXPECT(a->Allocate((1 << 20) - 4 * 4096, &h2) == Status::kOk);
+  for (const Extent& e : hold.extents) EXPECT(a->base()[e.arenaOffsetBytes] == 9);
+  a->Unhold(hold);
+  EXPECT(a->Stats().holdsActive == 0);
+  EXPECT(a->Stats().freeBytes == 4 * 4096);
+  // Naming a second block with the same name moves the name.
+  uint64_t h3, h4;
+  EXPECT(a->Allocate(100, &h3) == Status::kOk);
+  EXPECT(a->Name(h3, name) == Status::kOk);
+  EXPECT(a->Free(h2) == Status::kOk);
+  EXPECT(a->Allocate(200, &h4) == Status::kOk);
+  EXPECT(a->Name(h4, name) == Status::kOk);
+  EXPECT(a->HoldNamed(name, 100, &again) == Status::kStale);
+  EXPECT(a->HoldNamed(name, 200, &again) == Status::kOk);
+  a->Unhold(again);
+  EXPECT(a->Free(h3) == Status::kOk);
+  EXPECT(a->HoldNamed(name, 200, &again) == Status::kOk);  // freeing the old holder keeps the new one's name
+  a->Unhold(again);
+  std::string hex;
+  EXPECT(a->Hash(h4, &hex) == Status::kOk && hex.size() == 64);
+  EXPECT(a->Free(h4) == Status::kOk);
+  EXPECT(a->Stats().namedBlocks == 0);
+  delete a;
+}
+
 int main() {
+  TestNamesAndHolds();
   TestBadConfig();
   TestStaleHandles();
   TestFullAndRanges();

@@ -24,6 +24,9 @@
  *   <P>node:<name>  a node's lease (its token, with a TTL the node keeps renewing); <P>nodes: the names
  *   <P>nodestats:<name>  a node's last published figures (JSON, with a TTL)
  *   <P>reclaim:<name>  released blocks that node holds a copy of and should drop (a bounded list)
+ *   <P>replicate:<name>  pinned blocks that node is asked to keep a DRAM copy of (a bounded list)
+ *   <P>dram:<sha>   set of nodes that hold the block in DRAM (for remote reads over the fabric); a
+ *                   hint, not a promise: a node checks its copy when asked, and drops stale members
  *
  * Durability: a reply means Redis applied the script. For it to survive a crash of Redis, run Redis
  * with `appendonly yes` and `appendfsync always`, as the tests do; sync() then has nothing left to wait
@@ -60,6 +63,8 @@ const BLOCKS_BATCH = 1000;
  * further behind drops the rest of its stale copies at its next start, when it reconciles.
  */
 const RECLAIM_QUEUE_MAX = 1_000_000;
+/** Replica requests a node has not taken yet, at most (pins are bounded by quotas anyway). */
+const REPLICA_QUEUE_MAX = 100_000;
 
 export interface RedisMetaOptions {
   /** One server (`redis://host:port`) or the seed nodes of a Redis Cluster. */
@@ -96,13 +101,18 @@ local T = KEYS[1]
 local function s(n) return string.format('%d', n) end
 -- Content released for good: every node that holds a copy is told to drop it (a bounded queue each).
 local function notify_holders(sha)
-  local lk = P .. 'loc:' .. sha
-  for _, node in ipairs(redis.call('HKEYS', lk)) do
+  local lk, dk = P .. 'loc:' .. sha, P .. 'dram:' .. sha
+  local told = {}
+  local function tell(node)
+    if told[node] then return end
+    told[node] = true
     local q = P .. 'reclaim:' .. node
     redis.call('RPUSH', q, sha)
     redis.call('LTRIM', q, -${RECLAIM_QUEUE_MAX}, -1)
   end
-  redis.call('DEL', lk)
+  for _, node in ipairs(redis.call('HKEYS', lk)) do tell(node) end
+  for _, node in ipairs(redis.call('SMEMBERS', dk)) do tell(node) end
+  redis.call('DEL', lk, dk)
 end
 local function vkey(name) return P .. 'v:' .. name end
 local function bkey(sha) return P .. 'b:' .. sha end
@@ -203,7 +213,7 @@ end
 `;
 
 /**
- * commit(name, sha, size, time, keep, ino or '', node or '', where or '', knownOnly '1'|'')
+ * commit(name, sha, size, time, keep, ino or '', node or '', where or '', knownOnly '1'|'', dram node or '')
  *   -> { version, time, ino, released... }.
  * With node and where, the committing node's copy on the shared tier is recorded in the same step, so
  * no reader can see the version without a place to read it from. knownOnly: commit only if the
@@ -219,6 +229,7 @@ if not ino then return redis.error_reply('ENOSPC inode numbers are used up') end
 local released = {}
 local r = add_version(name, sha, size, t, keep, ino, released)
 if ARGV[8] ~= '' then redis.call('HSET', P .. 'loc:' .. sha, ARGV[8], ARGV[9]) end
+if ARGV[11] ~= '' and redis.call('EXISTS', bkey(sha)) == 1 then redis.call('SADD', P .. 'dram:' .. sha, ARGV[11]) end
 for _, x in ipairs(released) do table.insert(r, x) end
 return r
 `;
@@ -480,6 +491,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
     ino: number | undefined,
     placement: BlockPlacement | undefined,
     knownOnly = false,
+    dramHolder?: string,
   ): Promise<CommitResult> {
     return this.guard(async () => {
       checkCommitArgs(name, sha256, sizeBytes, timeMs, keepVersions);
@@ -496,6 +508,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
         ino === undefined ? '' : String(ino),
         ...where,
         knownOnly ? '1' : '',
+        dramHolder ?? '',
       );
       const [version, time, fileIno, ...released] = r;
       return {
@@ -634,6 +647,33 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
       }
       return out;
     });
+  }
+
+  async advertiseDram(changes: ReadonlyArray<{ sha256: string; node: string; held: boolean }>): Promise<void> {
+    if (changes.length === 0) return;
+    return this.guard(async () => {
+      const pipe = this.client.pipeline();
+      for (const c of changes) {
+        if (c.held) pipe.sadd(this.key(`dram:${c.sha256}`), c.node);
+        else pipe.srem(this.key(`dram:${c.sha256}`), c.node);
+      }
+      for (const [err] of (await pipe.exec()) ?? []) if (err) throw err;
+    });
+  }
+
+  async requestReplica(node: string, sha256: string): Promise<void> {
+    return this.guard(async () => {
+      const q = this.key(`replicate:${node}`);
+      await this.client.pipeline().rpush(q, sha256).ltrim(q, -REPLICA_QUEUE_MAX, -1).exec();
+    });
+  }
+
+  async takeReplicaRequests(node: string, max: number): Promise<string[]> {
+    return this.guard(async () => (await this.client.lpop(this.key(`replicate:${node}`), max)) ?? []);
+  }
+
+  async dramHolders(sha256: string): Promise<string[]> {
+    return this.guard(async () => this.client.smembers(this.key(`dram:${sha256}`)));
   }
 
   async joinNode(node: string, token: string, ttlMs: number, replacing?: string): Promise<boolean> {

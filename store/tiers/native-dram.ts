@@ -11,7 +11,7 @@ import { MiB } from '../constants';
 import { assert, CascadeError } from '../errors';
 import { validateSha256 } from '../names';
 import type { Tier, TierEntry, TierStats } from '../tier';
-import { nativeCode, requireNative, type NativeArenaBinding, type NativeArenaStats, type NativeRegion } from '../../native';
+import { nativeCode, requireNative, type NativeArenaBinding, type NativeArenaStats, type NativeFabricBinding, type NativeRegion } from '../../native';
 import { arenaOptions, openArenaFile, type ShmArenaOptions } from './dram';
 
 /**
@@ -111,7 +111,8 @@ export class NativeArenaTier implements Tier {
         arena.free(handle); // nothing half-written stays allocated or visible
         throw fromNative(e, `dram tier: write of ${key} failed`);
       }
-      // Visible only once every byte is in place.
+      // Visible only once every byte is in place; named so remote peers can hold it (fabric).
+      arena.name(handle, key);
       this.blocks.set(key, { handle, sizeBytes: data.byteLength });
     })();
     this.writing.set(key, done);
@@ -119,6 +120,55 @@ export class NativeArenaTier implements Tier {
       await done;
     } finally {
       this.writing.delete(key);
+    }
+  }
+
+  /**
+   * Store a block whose bytes `fill` puts straight into its arena slot (a remote read lands there), then
+   * check them against `key` before the block becomes visible: ECORRUPT (nothing kept) on a mismatch.
+   */
+  async adopt(key: string, sizeBytes: number, fill: (handle: number) => Promise<void>): Promise<void> {
+    this.checkOpen();
+    validateSha256(key);
+    for (let w = this.writing.get(key); w !== undefined; w = this.writing.get(key)) await w.catch(() => undefined);
+    if (this.blocks.has(key)) return;
+    const arena = this.arena;
+    if (arena === undefined) throw new CascadeError('ENOSPC', `dram tier: ${sizeBytes} bytes needed, the arena is empty-sized`);
+    let handle: number;
+    try {
+      handle = arena.allocate(sizeBytes);
+    } catch (e) {
+      throw fromNative(e, `dram tier: ${this.footprintBytes(sizeBytes)} bytes needed, ${this.freeBytes()} free`);
+    }
+    const done = (async () => {
+      try {
+        await fill(handle);
+        const got = await arena.sha256Async(handle);
+        if (got !== key) throw new CascadeError('ECORRUPT', `dram tier: fetched bytes hash to ${got}, not ${key}`);
+      } catch (e) {
+        arena.free(handle); // pages a late remote read could still reach stay reserved until it ends (arena Keep)
+        throw e;
+      }
+      arena.name(handle, key);
+      this.blocks.set(key, { handle, sizeBytes });
+    })();
+    this.writing.set(key, done);
+    try {
+      await done;
+    } finally {
+      this.writing.delete(key);
+    }
+  }
+
+  /** A libfabric endpoint with this arena registered for remote reads; undefined without libfabric. */
+  openFabric(provider: string, node: string, limits: { fetchesPerPeerMax: number; holdsMax: number; holdTimeoutMs: number }): NativeFabricBinding | undefined {
+    this.checkOpen();
+    const binding = requireNative('the remote DRAM tier');
+    if (binding.Fabric === undefined || this.arena === undefined) return undefined;
+    try {
+      return new binding.Fabric(this.arena, provider, node, limits.fetchesPerPeerMax, limits.holdsMax, limits.holdTimeoutMs);
+    } catch (e) {
+      throw fromNative(e, `remote DRAM tier: cannot open libfabric provider ${JSON.stringify(provider)}${node ? ` on ${node}` : ''}`);
     }
   }
 

@@ -24,13 +24,17 @@ export class Daemon {
     readonly mnt: string,
     readonly data: string,
     readonly extra: string[] = [],
+    /** A command the daemon runs under, e.g. nsenter into a network namespace (it must exec, not fork). */
+    readonly wrapper: string[] = [],
   ) {}
 
   async start(): Promise<void> {
     this.stderr = '';
     // 64 MiB of DRAM unless the caller sizes it (a repeated flag would become a list).
     const dram = this.extra.includes('--dram') ? [] : ['--dram', '64M'];
-    const proc = spawn(process.execPath, [CLI, 'mount', this.mnt, '--data', this.data, ...dram, ...this.extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const argv = [process.execPath, CLI, 'mount', this.mnt, '--data', this.data, ...dram, ...this.extra];
+    const [cmd, ...args] = [...this.wrapper, ...argv];
+    const proc = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc = proc;
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`mount did not come up: ${this.stderr}`)), 20_000);

@@ -55,8 +55,11 @@ describe('native binding', function () {
   it('loads, with the declared members and features', function () {
     const b = binding();
     assert.equal(typeof b.features.openssl, 'string');
-    assert.equal(b.features.cuda, false); // the default build needs neither CUDA nor libfabric
-    assert.equal(b.features.libfabric, false);
+    assert.equal(b.features.cuda, false); // the default build needs no CUDA
+    // libfabric when pkg-config finds it (scripts/setup.sh installs libfabric-dev); then the Fabric class too.
+    const haveLibfabric = spawnSync('pkg-config', ['--exists', 'libfabric']).status === 0;
+    assert.equal(b.features.libfabric, haveLibfabric);
+    assert.equal(typeof b.Fabric, haveLibfabric ? 'function' : 'undefined');
   });
 
   it('rejects bad arguments with EINVAL and keeps running', function () {

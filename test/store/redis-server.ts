@@ -44,11 +44,14 @@ export class RedisServers {
   private readonly procs: ChildProcess[] = [];
   private readonly dir = tmpDir('redis');
 
-  private constructor(readonly cluster: boolean) {}
+  private constructor(
+    readonly cluster: boolean,
+    private readonly alsoBind: string[],
+  ) {}
 
-  /** One server, or a cluster of `masters` masters. */
-  static async start(cluster = false, masters = 3): Promise<RedisServers> {
-    const s = new RedisServers(cluster);
+  /** One server, or a cluster of `masters` masters; on loopback, and on `alsoBind` addresses too. */
+  static async start(cluster = false, alsoBind: string[] = [], masters = 3): Promise<RedisServers> {
+    const s = new RedisServers(cluster, alsoBind);
     try {
       for (let i = 0; i < (cluster ? masters : 1); i++) await s.spawnOne(i);
       if (cluster) {
@@ -71,7 +74,7 @@ export class RedisServers {
     const p = port ?? (await freePort());
     const dir = path.join(this.dir, String(i));
     fs.mkdirSync(dir, { recursive: true });
-    const args = ['--port', String(p), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always'];
+    const args = ['--port', String(p), '--bind', '127.0.0.1', ...this.alsoBind, '--protected-mode', 'no', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always'];
     if (this.cluster) args.push('--cluster-enabled', 'yes', '--cluster-config-file', path.join(dir, 'nodes.conf'));
     const proc = spawn('redis-server', args, { stdio: 'ignore' });
     this.procs[i] = proc;

@@ -96,6 +96,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitHashIo(env, exports);
   InitMapping(env, exports);
   InitEngine(env, exports);
+  InitFabric(env, exports);
   return exports;
 }
 

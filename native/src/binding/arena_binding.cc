@@ -47,8 +47,12 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
                         InstanceMethod("write", &ArenaWrap::Write), InstanceMethod("read", &ArenaWrap::Read),
                         InstanceMethod("writeAsync", &ArenaWrap::WriteAsync), InstanceMethod("readAsync", &ArenaWrap::ReadAsync),
                         InstanceMethod("describe", &ArenaWrap::Describe), InstanceMethod("stats", &ArenaWrap::Stats),
-                        InstanceMethod("region", &ArenaWrap::Region), InstanceMethod("close", &ArenaWrap::Close)});
+                        InstanceMethod("region", &ArenaWrap::Region), InstanceMethod("close", &ArenaWrap::Close),
+                        InstanceMethod("name", &ArenaWrap::Name), InstanceMethod("sha256Async", &ArenaWrap::Sha256Async)});
   }
+
+  // The arena for a Fabric to register; null when closed.
+  std::shared_ptr<Arena> Shared() const { return closed_ ? nullptr : arena_; }
 
   // new Arena(fd, capacityBytes, pageBytes, prefault)
   explicit ArenaWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ArenaWrap>(info) {
@@ -150,6 +154,25 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
   Napi::Value WriteAsync(const Napi::CallbackInfo& info) { return CopyAsync(info, true); }
   Napi::Value ReadAsync(const Napi::CallbackInfo& info) { return CopyAsync(info, false); }
 
+  // name(handle, sha256Hex): the block's content name, by which remote peers hold it (fabric.h).
+  Napi::Value Name(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    uint64_t handle;
+    std::string hex;
+    uint8_t raw[kContentNameBytes];
+    if (a == nullptr || !ArgU64(info, 0, "handle", &handle) || !ArgString(info, 1, "sha256", &hex)) return info.Env().Undefined();
+    if (!ParseHexName(hex, raw)) {
+      ThrowCode(info.Env(), "EINVAL", "sha256 must be 64 lowercase hex digits");
+      return info.Env().Undefined();
+    }
+    Status s = a->Name(handle, raw);
+    if (s != Status::kOk) ThrowStatus(info.Env(), s, "arena: stale handle " + std::to_string(handle));
+    return info.Env().Undefined();
+  }
+
+  // sha256Async(handle): the block's SHA-256 (hex), hashed on a worker thread.
+  Napi::Value Sha256Async(const Napi::CallbackInfo& info);
+
   Napi::Value Describe(const Napi::CallbackInfo& info) {
     Arena* a = Open(info);
     uint64_t handle;
@@ -215,7 +238,7 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
     return info.Env().Undefined();
   }
 
-  std::unique_ptr<Arena> arena_;
+  std::shared_ptr<Arena> arena_;  // shared with a Fabric that registered it
   bool closed_ = false;
   uint32_t inFlight_ = 0;  // touched on the JS thread only
 };
@@ -233,8 +256,61 @@ ArenaCopyWorker::ArenaCopyWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, 
 
 void ArenaCopyWorker::Settled() { owner_->CopyDone(); }
 
+class ArenaHashWorker : public PromiseWorker {
+ public:
+  ArenaHashWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle)
+      : PromiseWorker(env, "cascade.arena.sha256"), owner_(owner), arena_(arena), handle_(handle) {}
+  void Execute() override {
+    status_ = arena_->Hash(handle_, &hex_);
+    if (status_ != Status::kOk) message_ = "arena: cannot hash block " + std::to_string(handle_);
+  }
+
+ protected:
+  Napi::Value Result() override { return Napi::String::New(Env(), hex_); }
+  void Settled() override { owner_->CopyDone(); }
+
+ private:
+  ArenaWrap* owner_;
+  Arena* arena_;
+  uint64_t handle_;
+  std::string hex_;
+};
+
+Napi::Value ArenaWrap::Sha256Async(const Napi::CallbackInfo& info) {
+  Arena* a = Open(info);
+  uint64_t handle;
+  if (a == nullptr || !ArgU64(info, 0, "handle", &handle)) return info.Env().Undefined();
+  auto* worker = new ArenaHashWorker(info.Env(), this, a, handle);
+  worker->Keep(info.This());
+  inFlight_++;
+  worker->Queue();
+  return worker->Promise();
+}
+
+Napi::FunctionReference* arenaConstructor = nullptr;
+
 }  // namespace
 
-void InitArena(Napi::Env env, Napi::Object exports) { exports.Set("Arena", ArenaWrap::Define(env)); }
+void InitArena(Napi::Env env, Napi::Object exports) {
+  Napi::Function ctor = ArenaWrap::Define(env);
+  if (arenaConstructor == nullptr) arenaConstructor = new Napi::FunctionReference(Napi::Persistent(ctor));  // one per process
+  exports.Set("Arena", ctor);
+}
+
+std::shared_ptr<Arena> ArenaOf(Napi::Value value) {
+  if (arenaConstructor == nullptr || !value.IsObject() || !value.As<Napi::Object>().InstanceOf(arenaConstructor->Value())) return nullptr;
+  return ArenaWrap::Unwrap(value.As<Napi::Object>())->Shared();
+}
+
+bool ParseHexName(const std::string& hex, uint8_t* out) {
+  if (hex.size() != 2 * kContentNameBytes) return false;
+  auto digit = [](char c) -> int { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  for (size_t i = 0; i < kContentNameBytes; i++) {
+    const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<uint8_t>(hi * 16 + lo);
+  }
+  return true;
+}
 
 }  // namespace cascade

@@ -1,6 +1,17 @@
 #pragma once
 #include <napi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
 namespace cascade {
+class Arena;
+// The core arena behind a JS Arena object (null when it is not one, or is closed).
+std::shared_ptr<Arena> ArenaOf(Napi::Value value);
+// 64 lowercase hex digits -> 32 raw bytes.
+bool ParseHexName(const std::string& hex, uint8_t* out);
+void InitFabric(Napi::Env env, Napi::Object exports);
 void InitArena(Napi::Env env, Napi::Object exports);
 void InitHashIo(Napi::Env env, Napi::Object exports);
 void InitMapping(Napi::Env env, Napi::Object exports);

@@ -1,5 +1,7 @@
 #include "arena.h"
 
+#include "sha256.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -247,6 +249,7 @@ Status Arena::Free(uint64_t handle) {
   Status s = Lookup(handle, &index);
   if (s != Status::kOk) return s;
   Slot& slot = slots_[index];
+  DropName(index);
   slot.live = false;
   // A new generation now: the freed handle is stale at once, even while its pages are still read.
   slot.generation = slot.generation == kGenerationMax ? 1 : slot.generation + 1;
@@ -333,8 +336,12 @@ Status Arena::Describe(uint64_t handle, uint64_t* sizeBytes, std::vector<Extent>
   uint32_t index;
   Status s = Lookup(handle, &index);
   if (s != Status::kOk) return s;
-  const Slot& slot = slots_[index];
-  *sizeBytes = slot.sizeBytes;
+  *sizeBytes = slots_[index].sizeBytes;
+  TrimmedExtents(slots_[index], extents);
+  return Status::kOk;
+}
+
+void Arena::TrimmedExtents(const Slot& slot, std::vector<Extent>* extents) {
   extents->clear();
   uint64_t left = slot.sizeBytes;
   for (const Extent& e : slot.runs) {
@@ -343,7 +350,85 @@ Status Arena::Describe(uint64_t handle, uint64_t* sizeBytes, std::vector<Extent>
     extents->push_back({e.arenaOffsetBytes, n});
     left -= n;
   }
+}
+
+void Arena::DropName(uint32_t slotIndex) {
+  Slot& slot = slots_[slotIndex];
+  if (slot.name.empty()) return;
+  auto it = names_.find(slot.name);
+  if (it != names_.end() && it->second == slotIndex) names_.erase(it);
+  slot.name.clear();
+}
+
+Status Arena::Name(uint64_t handle, const uint8_t* name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t index;
+  Status s = Lookup(handle, &index);
+  if (s != Status::kOk) return s;
+  std::string key(reinterpret_cast<const char*>(name), kContentNameBytes);
+  auto it = names_.find(key);
+  if (it != names_.end() && it->second != index) slots_[it->second].name.clear();
+  DropName(index);
+  slots_[index].name = key;
+  names_[key] = index;
   return Status::kOk;
+}
+
+Status Arena::HoldNamed(const uint8_t* name, uint64_t sizeBytes, ArenaHold* hold) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = names_.find(std::string(reinterpret_cast<const char*>(name), kContentNameBytes));
+  if (it == names_.end()) return Status::kStale;
+  Check(slots_[it->second].live, "a named slot is live");
+  if (slots_[it->second].sizeBytes != sizeBytes) return Status::kStale;
+  TakeHold(it->second, hold);
+  return Status::kOk;
+}
+
+void Arena::TakeHold(uint32_t index, ArenaHold* hold) {
+  Slot& slot = slots_[index];
+  slot.copiesInFlight++;
+  counters_.copiesInFlight++;
+  counters_.holdsActive++;
+  hold->slotIndex = index;
+  hold->sizeBytes = slot.sizeBytes;
+  TrimmedExtents(slot, &hold->extents);
+}
+
+Status Arena::Keep(uint64_t handle, ArenaHold* hold) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t index;
+  Status s = Lookup(handle, &index);
+  if (s != Status::kOk) return s;
+  TakeHold(index, hold);
+  return Status::kOk;
+}
+
+void Arena::Unhold(const ArenaHold& hold) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Check(hold.slotIndex < slots_.size() && counters_.holdsActive > 0, "an unhold matches a hold");
+  Slot& slot = slots_[hold.slotIndex];
+  Check(slot.copiesInFlight > 0 && counters_.copiesInFlight > 0, "copy counts balance");
+  slot.copiesInFlight--;
+  counters_.copiesInFlight--;
+  counters_.holdsActive--;
+  if (slot.copiesInFlight == 0 && slot.releasePending) ReleasePages(hold.slotIndex);
+}
+
+Status Arena::Hash(uint64_t handle, std::string* hex) {
+  Slot* slot;
+  Status s = BeginCopy(handle, &slot);
+  if (s != Status::kOk) return s;
+  const uint32_t index = static_cast<uint32_t>((handle & ((uint64_t{1} << kHandleSlotBits) - 1)) - 1);
+  Sha256 hasher;
+  uint64_t left = slot->sizeBytes;
+  for (size_t i = 0; s == Status::kOk && left > 0 && i < slot->runs.size(); i++) {
+    const uint64_t n = std::min(slot->runs[i].lengthBytes, left);
+    s = hasher.Update(base_ + slot->runs[i].arenaOffsetBytes, n);
+    left -= n;
+  }
+  if (s == Status::kOk) s = hasher.ok() ? hasher.HexDigest(hex) : Status::kIo;
+  EndCopy(slot, index);
+  return s;
 }
 
 ArenaStats Arena::Stats() {
@@ -356,6 +441,7 @@ ArenaStats Arena::Stats() {
   s.largestFreeBytes = freeBySize_.empty() ? 0 : freeBySize_.rbegin()->first * pageBytes_;
   s.freeExtents = freeByStart_.size();
   s.liveBlocks = counters_.allocations - counters_.frees;
+  s.namedBlocks = names_.size();
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -62,7 +63,19 @@ struct ArenaStats {
   uint64_t noSpaceFailures;
   uint64_t deferredFrees;  // frees that waited for a copy in progress
   uint64_t copiesInFlight;
+  uint64_t namedBlocks;    // blocks with a content name (what remote peers can hold)
+  uint64_t holdsActive;    // remote holds not yet released
 };
+
+// A block held for a remote reader (fabric.cc): its pages are not reused until Unhold, even if the
+// block is freed meanwhile (a hold counts as a copy in flight).
+struct ArenaHold {
+  uint32_t slotIndex = 0;
+  uint64_t sizeBytes = 0;
+  std::vector<Extent> extents;  // block order, trimmed to the block's bytes
+};
+
+constexpr uint64_t kContentNameBytes = 32;  // a raw SHA-256
 
 class Arena {
  public:
@@ -83,6 +96,18 @@ class Arena {
   // The block's size and its extents in block order (byte 0 of the block is the first extent's first byte).
   Status Describe(uint64_t handle, uint64_t* sizeBytes, std::vector<Extent>* extents);
 
+  // Give a live block its content name (raw SHA-256, kContentNameBytes), so a remote peer can hold it
+  // by name. A name held by another block moves to this one. Free drops the name.
+  Status Name(uint64_t handle, const uint8_t* name);
+  // Hold the live block with this name and size for a remote read (kStale when absent or resized).
+  Status HoldNamed(const uint8_t* name, uint64_t sizeBytes, ArenaHold* hold);
+  // End a hold: the slot's pages return to the free list if the block was freed meanwhile.
+  void Unhold(const ArenaHold& hold);
+  // Count a copy in flight on a block (a remote read landing in it) so a Free defers its pages.
+  Status Keep(uint64_t handle, ArenaHold* hold);
+  // SHA-256 (lowercase hex) of a live block's bytes.
+  Status Hash(uint64_t handle, std::string* hex);
+
   ArenaStats Stats();
   // The whole mapping: what RDMA registration and same-node clients need.
   uint8_t* base() const { return base_; }
@@ -100,6 +125,7 @@ class Arena {
     // Runs in block order; blockOffsets[i] is the block offset of runs[i]'s first byte.
     std::vector<Extent> runs;
     std::vector<uint64_t> blockOffsets;
+    std::string name;  // raw content name, empty when unnamed
   };
 
   Arena(int fd, uint8_t* base, uint64_t capacityBytes, uint64_t pageBytes);
@@ -109,6 +135,9 @@ class Arena {
   void EndCopy(Slot* slot, uint32_t slotIndex);
   Status Lookup(uint64_t handle, uint32_t* slotIndex);
   void ReleasePages(uint32_t slotIndex);
+  void TrimmedExtents(const Slot& slot, std::vector<Extent>* extents);
+  void DropName(uint32_t slotIndex);
+  void TakeHold(uint32_t slotIndex, ArenaHold* hold);  // under mutex_
   bool TakePages(uint64_t pageCount, std::vector<Extent>* runs);
   void ReturnRun(uint64_t startPage, uint64_t pageCount);
   static uint64_t MakeHandle(uint32_t generation, uint32_t slotIndex);
@@ -126,6 +155,7 @@ class Arena {
   std::map<uint64_t, uint64_t> freeByStart_;
   std::set<std::pair<uint64_t, uint64_t>> freeBySize_;
   uint64_t freePages_;
+  std::unordered_map<std::string, uint32_t> names_;  // content name -> slot index
   ArenaStats counters_{};
 };
 

@@ -1,0 +1,286 @@
+/**
+ * The remote DRAM tier through real mounts: three `cascade mount --cluster` daemons whose fabric
+ * endpoints (libfabric tcp;ofi_rxm) talk over loopback, and again in three network namespaces joined
+ * by veth pairs and a bridge. Reads of blocks another node holds in DRAM come from that node's memory
+ * (counted on both sides), not from the shared tier; a block read remotely three times gets a local
+ * copy; the shared tier is read once per block however many nodes read it; a node killed while others
+ * read from it costs a fallback, never a wrong byte. Skipped without libfabric in the addon.
+ */
+import { strict as assert } from 'node:assert';
+import { spawn, spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { nativeBinding } from '../../native';
+import { rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
+import { haveRedis, RedisServers } from '../store/redis-server';
+import { canMount, CLI, Daemon, isMounted } from './daemon';
+import { NetNamespaces } from './netns';
+
+type Node = 'a' | 'b' | 'c';
+const NODES: Node[] = ['a', 'b', 'c'];
+
+function sh(cmd: string): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync('bash', ['-c', cmd], { encoding: 'utf8', maxBuffer: 1 << 28 });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+const delay = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+interface RemoteFigures {
+  loads: number;
+  loadBytes: number;
+  fallbacks: number;
+  promotions: number;
+  provider: string;
+  fabric: { holdsGranted: number; servedBytes: number; holdsActive: number };
+}
+
+/** A cluster of three daemons (on loopback, or each in its own network namespace). */
+class Trio {
+  readonly nodes = {} as Record<Node, Daemon>;
+  constructor(
+    readonly root: string,
+    readonly url: string,
+    private readonly flags: (n: Node) => { extra: string[]; wrapper?: string[] },
+  ) {}
+
+  mnt(n: Node): string {
+    return this.nodes[n].mnt;
+  }
+
+  async start(n: Node): Promise<void> {
+    if (!this.nodes[n]) {
+      const m = path.join(this.root, `mnt-${n}`);
+      fs.mkdirSync(m, { recursive: true });
+      const f = this.flags(n);
+      this.nodes[n] = new Daemon(
+        m,
+        path.join(this.root, `data-${n}`),
+        ['--cluster', this.url, '--node', n, '--shared', path.join(this.root, 'shared'), ...f.extra],
+        f.wrapper,
+      );
+    }
+    await this.nodes[n].start();
+  }
+
+  async stop(): Promise<void> {
+    for (const d of Object.values(this.nodes)) await d.stop();
+    for (const d of Object.values(this.nodes)) assert.equal(isMounted(d.mnt), false, 'nothing left mounted');
+  }
+
+  /** stats.json of a node (waits out the snapshot's age so the figures include what just happened). */
+  async stats(n: Node): Promise<{ remote: RemoteFigures; sharedLoads: number; hits: Record<string, number> }> {
+    await delay(250);
+    const s = JSON.parse(fs.readFileSync(`${this.mnt(n)}/.cascade/stats.json`, 'utf8'));
+    return { remote: s.cluster.remote, sharedLoads: s.cluster.sharedLoads, hits: s.hits };
+  }
+
+  tier(n: Node, rel: string): string {
+    return sh(`getfattr --only-values -n user.cascade.tier ${this.mnt(n)}/${rel}`).stdout;
+  }
+
+  read(n: Node, rel: string): string {
+    return sha256(fs.readFileSync(`${this.mnt(n)}/${rel}`));
+  }
+}
+
+function haveFabric(): boolean {
+  return nativeBinding()?.features.libfabric === true;
+}
+
+describe('remote DRAM tier: three daemons, reads from each other\'s memory over libfabric', function () {
+  this.timeout(180_000);
+  let root: string;
+  let redis: RedisServers;
+  let trio: Trio;
+
+  before(async function () {
+    if (!canMount(['fusermount', 'python3', 'getfattr']) || !haveRedis() || !haveFabric()) this.skip();
+    root = tmpDir('remote');
+    redis = await RedisServers.start(false);
+    trio = new Trio(root, `redis://127.0.0.1:${redis.ports[0]}/r${process.pid}`, () => ({
+      extra: ['--fabric', 'tcp;ofi_rxm', '--fabric-addr', '127.0.0.1', '--remote-promote-after', '3'],
+    }));
+    for (const n of NODES) await trio.start(n);
+  });
+
+  after(async function () {
+    await trio?.stop();
+    await redis?.stop();
+    if (root) rmDir(root);
+  });
+
+  it('a block written on A is read on B from A\'s DRAM (tier "remote"), byte-exact, not from the shared tier', async function () {
+    const data = seededBytes(21, 5 * 1024 * 1024 + 3);
+    fs.mkdirSync(`${trio.mnt('a')}/kv/m/r1`, { recursive: true });
+    fs.writeFileSync(`${trio.mnt('a')}/kv/m/r1/blk`, data);
+    const a0 = await trio.stats('a');
+    const b0 = await trio.stats('b');
+    assert.equal(trio.tier('b', 'kv/m/r1/blk'), 'remote', 'B sees the block in a peer\'s DRAM');
+    assert.equal(sh(`sha256sum ${trio.mnt('b')}/kv/m/r1/blk`).stdout.split(' ')[0], sha256(data));
+    const a1 = await trio.stats('a');
+    const b1 = await trio.stats('b');
+    assert.equal(b1.remote.loads - b0.remote.loads, 1, 'one remote load on B');
+    assert.equal(b1.remote.loadBytes - b0.remote.loadBytes, data.length);
+    assert.equal(b1.sharedLoads - b0.sharedLoads, 0, 'the shared tier was not read');
+    assert.equal(a1.remote.fabric.holdsGranted - a0.remote.fabric.holdsGranted, 1, 'A served it');
+    assert.equal(a1.remote.fabric.holdsActive, 0, 'and released its hold');
+    assert.equal(b1.remote.provider, 'tcp;ofi_rxm');
+    const status = JSON.parse(sh(`node ${CLI} cluster status --cluster ${trio.url} --json`).stdout);
+    const nodeB = status.nodes.find((x: { node: string }) => x.node === 'b');
+    assert.equal(typeof nodeB.stats.remote.address, 'string', 'cluster status shows B\'s fabric endpoint');
+  });
+
+  it('locality-aware promotion: C keeps its own copy at the third remote read, and serves later reads from it', async function () {
+    const data = seededBytes(22, 2 * 1024 * 1024);
+    fs.mkdirSync(`${trio.mnt('a')}/kv/m/r2`, { recursive: true });
+    fs.writeFileSync(`${trio.mnt('a')}/kv/m/r2/blk`, data);
+    const c0 = await trio.stats('c');
+    for (let i = 1; i <= 2; i++) {
+      assert.equal(trio.read('c', 'kv/m/r2/blk'), sha256(data));
+      await delay(100); // the borrowed copy goes when the reader closes
+      assert.equal(trio.tier('c', 'kv/m/r2/blk'), 'remote', `after read ${i}: no local copy kept`);
+    }
+    assert.equal(trio.read('c', 'kv/m/r2/blk'), sha256(data));
+    assert.equal(trio.tier('c', 'kv/m/r2/blk'), 'dram', 'after read 3: a local copy');
+    assert.equal(trio.read('c', 'kv/m/r2/blk'), sha256(data));
+    const c1 = await trio.stats('c');
+    assert.equal(c1.remote.loads - c0.remote.loads, 3, 'three fetches, the fourth read was local');
+    assert.equal(c1.remote.promotions - c0.remote.promotions, 1);
+  });
+
+  it('the shared tier is read once per block, however many nodes read it (the first reader serves the rest)', async function () {
+    const blocks = [0, 1, 2, 3].map((i) => seededBytes(30 + i, 1024 * 1024 + i));
+    fs.mkdirSync(`${trio.mnt('a')}/kv/m/r3`, { recursive: true });
+    blocks.forEach((d, i) => fs.writeFileSync(`${trio.mnt('a')}/kv/m/r3/${i}`, d));
+    assert.equal(sh(`python3 -c "import os; [os.fsync(os.open('${trio.mnt('a')}/kv/m/r3/%d' % i, os.O_RDONLY)) for i in range(4)]"`).code, 0);
+    // A restarts with empty DRAM: the blocks are in nobody's memory, only on the shared tier.
+    await trio.nodes.a.stop('SIGKILL');
+    await trio.start('a');
+    const before = { b: await trio.stats('b'), c: await trio.stats('c') };
+    for (const n of ['b', 'c'] as const) blocks.forEach((d, i) => assert.equal(trio.read(n, `kv/m/r3/${i}`), sha256(d), `${n} block ${i}`));
+    const after = { b: await trio.stats('b'), c: await trio.stats('c') };
+    const shared = after.b.sharedLoads - before.b.sharedLoads + (after.c.sharedLoads - before.c.sharedLoads);
+    const remote = after.b.remote.loads - before.b.remote.loads + (after.c.remote.loads - before.c.remote.loads);
+    const why = JSON.stringify({ before, after });
+    assert.equal(shared, blocks.length, `each block read from the shared tier once, cluster-wide: ${why}`);
+    assert.equal(remote, blocks.length, `and once from the first reader's DRAM: ${why}`);
+  });
+
+  it('kill -9 of B while C reads blocks from B\'s DRAM: every read byte-exact, the fallback within the fetch timeout', async function () {
+    const count = 30;
+    const blocks = Array.from({ length: count }, (_, i) => seededBytes(100 + i, 1024 * 1024 + i));
+    fs.mkdirSync(`${trio.mnt('b')}/kv/m/r4`, { recursive: true });
+    blocks.forEach((d, i) => fs.writeFileSync(`${trio.mnt('b')}/kv/m/r4/${i}`, d));
+    const expected = blocks.map((d) => sha256(d));
+    const reader = spawn('python3', [
+      '-c',
+      `
+import hashlib, sys, time
+exp = sys.argv[1].split(",")
+for i, want in enumerate(exp):
+    t = time.monotonic()
+    got = hashlib.sha256(open("${trio.mnt('c')}/kv/m/r4/%d" % i, "rb").read()).hexdigest()
+    print(i, "ok" if got == want else "WRONG", round((time.monotonic() - t) * 1000), flush=True)
+    time.sleep(0.05)
+`,
+      expected.join(','),
+    ]);
+    let out = '';
+    reader.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    reader.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const done = new Promise<number | null>((r) => reader.on('exit', (c) => r(c)));
+    while (out.split('\n').length < 8) await delay(20);
+    await trio.nodes.b.stop('SIGKILL');
+    assert.equal(await done, 0, out);
+    const lines = out.trim().split('\n').map((l) => l.split(' '));
+    assert.equal(lines.length, count, out);
+    assert.deepEqual(lines.filter((l) => l[1] !== 'ok'), [], 'no wrong bytes');
+    const slowest = Math.max(...lines.map((l) => Number(l[2])));
+    assert.ok(slowest < 5_000, `slowest read ${slowest} ms (fetch timeout ~2 s, then the shared tier)`);
+    await trio.start('b');
+  });
+
+  it('a pinned block keeps a second DRAM copy on another node, and stays readable from memory after its node is killed', async function () {
+    const data = seededBytes(40, 3 * 1024 * 1024);
+    fs.mkdirSync(`${trio.mnt('a')}/kv/m/r5`, { recursive: true });
+    fs.writeFileSync(`${trio.mnt('a')}/kv/m/r5/prefix`, data);
+    assert.equal(sh(`setfattr -n user.cascade.pinned -v 1 ${trio.mnt('a')}/kv/m/r5/prefix`).code, 0);
+    // Within a heartbeat another node holds a copy.
+    let replicas: Node[] = [];
+    for (let i = 0; i < 100 && replicas.length === 0; i++) {
+      await delay(200);
+      replicas = (['b', 'c'] as const).filter((n) => trio.tier(n, 'kv/m/r5/prefix') === 'dram');
+    }
+    assert.equal(replicas.length, 1, 'one more DRAM copy, on B or C');
+    const other = replicas[0] === 'b' ? 'c' : 'b';
+    await trio.nodes.a.stop('SIGKILL');
+    const o0 = await trio.stats(other);
+    assert.equal(trio.read(other, 'kv/m/r5/prefix'), sha256(data));
+    const o1 = await trio.stats(other);
+    assert.equal(o1.sharedLoads - o0.sharedLoads, 0, `read from the replica's memory, not the shared tier: ${JSON.stringify({ o0, o1, replicas })} ${trio.nodes[other].stderr.slice(-2000)}`);
+    assert.equal(o1.remote.loads - o0.remote.loads, 1);
+    await trio.start('a');
+  });
+});
+
+describe('remote DRAM tier in three network namespaces (veth + bridge)', function () {
+  this.timeout(180_000);
+  let root: string;
+  let redis: RedisServers;
+  let trio: Trio;
+  let ns: NetNamespaces | undefined;
+
+  before(async function () {
+    if (!canMount(['fusermount', 'getfattr', 'ip', 'nsenter']) || !haveRedis() || !haveFabric()) this.skip();
+    ns = NetNamespaces.create(3);
+    if (!ns) this.skip();
+    root = tmpDir('remote-ns');
+    redis = await RedisServers.start(false, [ns.hostAddress]);
+    trio = new Trio(root, `redis://${ns.hostAddress}:${redis.ports[0]}/n${process.pid}`, (n) => {
+      const i = NODES.indexOf(n);
+      return { extra: ['--fabric', 'tcp;ofi_rxm', '--fabric-addr', ns!.addresses[i]], wrapper: ns!.enter(i) };
+    });
+    for (const n of NODES) await trio.start(n);
+  });
+
+  after(async function () {
+    await trio?.stop();
+    await redis?.stop();
+    ns?.destroy();
+    if (root) rmDir(root);
+  });
+
+  it('each daemon sits in its own namespace, reachable only over the veths; writes on A read byte-exact on B and C from A\'s memory', async function () {
+    assert.ok(ns!.addresses.every((addr, i) => sh(`${ns!.enter(i).join(' ')} ip -o -4 addr show`).stdout.includes(addr)), 'addresses inside');
+    const data = seededBytes(50, 4 * 1024 * 1024 + 1);
+    fs.mkdirSync(`${trio.mnt('a')}/kv/m/ns`, { recursive: true });
+    fs.writeFileSync(`${trio.mnt('a')}/kv/m/ns/blk`, data);
+    for (const n of ['b', 'c'] as const) {
+      const s0 = await trio.stats(n);
+      assert.equal(trio.read(n, 'kv/m/ns/blk'), sha256(data), `read on ${n}`);
+      const s1 = await trio.stats(n);
+      assert.equal(s1.remote.loads - s0.remote.loads, 1, `${n} fetched it from A's memory`);
+      assert.equal(s1.sharedLoads - s0.sharedLoads, 0);
+    }
+  });
+
+  it('a link cut between A and C: C falls back to the shared tier (byte-exact), B still reads from A\'s memory', async function () {
+    const data = seededBytes(51, 2 * 1024 * 1024);
+    fs.mkdirSync(`${trio.mnt('a')}/kv/m/cut`, { recursive: true });
+    fs.writeFileSync(`${trio.mnt('a')}/kv/m/cut/blk`, data);
+    ns!.block(2, ns!.addresses[0]);
+    try {
+      const c0 = await trio.stats('c');
+      assert.equal(trio.read('c', 'kv/m/cut/blk'), sha256(data));
+      const c1 = await trio.stats('c');
+      assert.equal(c1.sharedLoads - c0.sharedLoads, 1, 'C read the shared tier');
+      const b0 = await trio.stats('b');
+      assert.equal(trio.read('b', 'kv/m/cut/blk'), sha256(data));
+      const b1 = await trio.stats('b');
+      assert.equal(b1.remote.loads - b0.remote.loads, 1, 'B read A\'s memory');
+    } finally {
+      ns!.unblock(2, ns!.addresses[0]);
+    }
+  });
+});
