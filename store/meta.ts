@@ -141,6 +141,10 @@ export interface ClusterDirectory {
   advertiseDram(changes: ReadonlyArray<{ sha256: string; node: string; held: boolean }>): Promise<void>;
   /** Nodes that said they hold the content in DRAM (possibly stale: ask them). */
   dramHolders(sha256: string): Promise<string[]>;
+  /** Block rows of these contents, in order (one round trip per batch): undefined where there is none. */
+  blockRows(shas: readonly string[]): Promise<Array<BlockRecord | undefined>>;
+  /** Every pinned block row (a node loads them at start without reading every row of the cluster). */
+  pinnedBlocks(): Promise<BlockRecord[]>;
   /** Ask `node` to keep a DRAM copy of pinned content (a second copy of a pin, cluster-wide). */
   requestReplica(node: string, sha256: string): Promise<void>;
   /** Replica requests for this node, at most `max`, taken off its queue. */

@@ -131,6 +131,8 @@ export interface StoreStats {
     node: string;
     sharedLoads: number;
     sharedLoadBytes: number;
+    /** Opens served from this node's last-known version while Redis could not be reached. */
+    offlineResolves: number;
     /** The remote DRAM tier: this node's endpoint, its fetches from peers and what it served them. */
     remote?: RemoteDramFigures;
     nodes: Array<{ node: string; live: boolean; stats: unknown }>;
@@ -166,6 +168,8 @@ const NODE_HEARTBEAT_MS = 5_000;
 const PLACE_CONCURRENCY = 64;
 /** Released blocks a node drops per heartbeat (a release elsewhere names this node's copies). */
 const RECLAIM_BATCH = 4096;
+/** Names whose current version a cluster node remembers for opens while Redis is away. */
+const LAST_KNOWN_NAMES = 65_536;
 /** A borrowed copy read request by request (no hold) stays this long after its last read. */
 const BORROWED_GRACE_MS = 1_000;
 /** Replica requests a node takes per heartbeat. */
@@ -254,6 +258,8 @@ export class Store {
   private readonly borrowedTimers = new Map<string, NodeJS.Timeout>();
   /** Cluster mode: content pinned here as the second DRAM copy of another node's pin. */
   private readonly replicas = new Set<string>();
+  /** Cluster mode: the current version of names this node last saw, for opens while Redis is away. */
+  private readonly lastKnown = new LRUCache<string, VersionRecord>({ max: LAST_KNOWN_NAMES });
 
   private readonly counters = {
     hits: { dram: 0, remote: 0, disk: 0, shared: 0 } as Record<string, number>,
@@ -270,6 +276,8 @@ export class Store {
     /** Cluster mode: whole blocks loaded from other nodes' segments, and their bytes. */
     sharedLoads: 0,
     sharedLoadBytes: 0,
+    /** Cluster mode: opens served from the last-known version while Redis could not be reached. */
+    offlineResolves: 0,
   };
 
   private constructor(
@@ -405,6 +413,7 @@ export class Store {
     const pinned = this.config.cluster ? (await this.meta.block(cur.sha256))?.pinned === true : this.pinned.has(cur.sha256);
     if (pinned) throw new CascadeError('EPERM', `${name} is pinned; unpin it first`);
     const { released } = await this.meta.remove(name);
+    this.lastKnown.delete(name);
     await this.reclaim(released);
   }
 
@@ -414,6 +423,8 @@ export class Store {
     validateName(from);
     validateName(to);
     const { version, released } = await this.meta.rename(from, to, this.now(), this.keepVersions);
+    this.lastKnown.delete(from);
+    if (this.config.cluster) this.lastKnown.set(to, version);
     await this.reclaim(released);
     return version;
   }
@@ -643,10 +654,30 @@ export class Store {
       if (!Number.isFinite(which.atMs)) throw new CascadeError('EINVAL', 'atMs must be a finite number');
       v = await this.meta.versionAt(name, which.atMs);
     } else {
-      v = await this.meta.current(name);
+      v = await this.currentVersion(name);
     }
     if (!v) throw new CascadeError('ENOENT', `no such ${which.version !== undefined || which.atMs !== undefined ? 'version of ' : ''}name: ${name}`);
     return v;
+  }
+
+  /**
+   * The current version of a name. In a cluster, while Redis cannot be reached, the version this node
+   * last saw (read or committed here) when its content is on this node: local reads keep working; a
+   * name this node never saw, or whose content it lacks, fails with EIO as before.
+   */
+  private async currentVersion(name: string): Promise<VersionRecord | undefined> {
+    if (!this.config.cluster) return this.meta.current(name);
+    try {
+      const v = await this.meta.current(name);
+      if (v) this.lastKnown.set(name, v);
+      else this.lastKnown.delete(name);
+      return v;
+    } catch (e) {
+      const known = isCascadeError(e, 'EIO') ? this.lastKnown.get(name) : undefined;
+      if (known === undefined || (!this.dram.has(known.sha256) && !this.disk.has(known.sha256))) throw e;
+      this.counters.offlineResolves++;
+      return known;
+    }
   }
 
   async stat(name: string, which: VersionSelector = {}): Promise<BlockInfo> {
@@ -736,6 +767,7 @@ export class Store {
             node: this.config.cluster.node,
             sharedLoads: this.counters.sharedLoads,
             sharedLoadBytes: this.counters.sharedLoadBytes,
+            offlineResolves: this.counters.offlineResolves,
             remote: this.remote?.stats(),
             nodes: await this.config.cluster.directory.nodeStats(),
           }
@@ -825,6 +857,7 @@ export class Store {
       const inDram = this.remote !== undefined && this.dram.has(sha) && !this.borrowed.has(sha);
       return c.directory.commitPlaced(name, sha, sizeBytes, this.now(), this.keepVersions, ino, this.placement(sha), false, inDram ? c.node : undefined);
     });
+    if (this.config.cluster) this.lastKnown.set(name, result.version);
     await this.reclaim(result.released);
     return result.version;
   }
@@ -1258,12 +1291,11 @@ export class Store {
    * disk that nothing references is removed. Pinned content is loaded into DRAM.
    */
   private async reconcile(): Promise<void> {
+    if (this.config.cluster) return this.reconcileNode(this.config.cluster.directory);
     const rows = await this.meta.blocks();
     const referenced = new Set<string>();
-    const cluster = this.config.cluster !== undefined;
     for (const row of rows) {
-      // In a cluster, content this node lacks is other nodes' (on the shared tier), not lost.
-      if (!cluster && !this.disk.has(row.sha256) && !this.dram.has(row.sha256)) {
+      if (!this.disk.has(row.sha256) && !this.dram.has(row.sha256)) {
         const { removedVersions } = await this.meta.forget(row.sha256);
         this.counters.lostVersions += removedVersions;
         continue;
@@ -1279,15 +1311,44 @@ export class Store {
       await this.disk.delete(key);
       this.counters.orphanBlocksRemoved++;
     }
-    // What this node holds on the shared tier, for the directory (its places may have been dropped
-    // while it was away, or moved by compaction at open).
-    if (cluster) this.republish(this.disk.scan().map((e) => e.key));
     for (const { key } of this.dram.scan()) {
       if (referenced.has(key)) this.eviction.admitted(key);
       else await this.dram.delete(key);
     }
     if (this.counters.lostVersions > 0) {
       this.warn(`recovery: ${this.counters.lostVersions} version(s) whose content never reached disk were dropped`);
+    }
+    for (const [sha, size] of this.pinned) await this.ensureInDram(sha, size);
+  }
+
+  /**
+   * reconcile() for a cluster node, in O(this node's blocks + the pins), not O(the cluster's blocks):
+   * its own segments' blocks that nothing references any more go; pinned content is loaded into DRAM.
+   * Content the node lacks is other nodes' (on the shared tier), not lost.
+   */
+  private async reconcileNode(directory: ClusterDirectory): Promise<void> {
+    const own = this.disk.scan().map((e) => e.key);
+    const rows = await directory.blockRows(own);
+    for (let i = 0; i < own.length; i++) {
+      if (rows[i] !== undefined) continue;
+      await this.disk.delete(own[i]);
+      this.counters.orphanBlocksRemoved++;
+    }
+    // Where this node holds blocks on the shared tier, for the directory (its places may have been
+    // dropped while it was away, or moved by compaction at open).
+    this.republish(this.disk.scan().map((e) => e.key));
+    const inDram = this.dram.scan().map((e) => e.key); // empty for a fresh arena; a test may inject one
+    const dramRows = await directory.blockRows(inDram);
+    for (let i = 0; i < inDram.length; i++) {
+      if (dramRows[i] !== undefined) this.eviction.admitted(inDram[i]);
+      else await this.dram.delete(inDram[i]);
+    }
+    // Pins made before the pinned set existed (an older namespace): read every row once.
+    const pinnedRows = await directory.pinnedBlocks();
+    const legacy = pinnedRows.length === 0 && (await this.meta.totals()).pinnedBytes > 0;
+    for (const row of legacy ? (await this.meta.blocks()).filter((r) => r.pinned) : pinnedRows) {
+      this.pinned.set(row.sha256, row.sizeBytes);
+      this.pinnedBytes += row.sizeBytes;
     }
     for (const [sha, size] of this.pinned) await this.ensureInDram(sha, size);
   }

@@ -17,6 +17,7 @@
  *   <P>b:<sha>      hash size, refs, pinned: one per content referenced by a retained version
  *   <P>s:<sha>      set of "<name>\0<version>": the versions that reference the content (for forget)
  *   <P>blocks       set of every content with a block row
+ *   <P>pinned       set of the pinned contents (a node loads them at start without reading every row)
  *   <P>totals       hash names, versions, blocks, unique, logical, pinned
  *   <P>next_ino     the inode number counter
  *   <P>loc:<sha>    hash node -> "offset:size:file": where cluster nodes hold the block on the shared
@@ -125,7 +126,10 @@ end
 local function drop_block(sha)
   local bk = bkey(sha)
   local size = tonumber(redis.call('HGET', bk, 'size'))
-  if redis.call('HGET', bk, 'pinned') == '1' then redis.call('HINCRBY', T, 'pinned', s(-size)) end
+  if redis.call('HGET', bk, 'pinned') == '1' then
+    redis.call('HINCRBY', T, 'pinned', s(-size))
+    redis.call('SREM', P .. 'pinned', sha)
+  end
   redis.call('DEL', bk)
   notify_holders(sha)
   redis.call('SREM', P .. 'blocks', sha)
@@ -269,7 +273,13 @@ if not row[1] then return redis.error_reply('ENOENT no such block: ' .. sha) end
 if row[2] == pinned then return 0 end
 redis.call('HSET', bk, 'pinned', pinned)
 local size = tonumber(row[1])
-if pinned == '1' then redis.call('HINCRBY', T, 'pinned', s(size)) else redis.call('HINCRBY', T, 'pinned', s(-size)) end
+if pinned == '1' then
+  redis.call('HINCRBY', T, 'pinned', s(size))
+  redis.call('SADD', P .. 'pinned', sha)
+else
+  redis.call('HINCRBY', T, 'pinned', s(-size))
+  redis.call('SREM', P .. 'pinned', sha)
+end
 return 1
 `;
 
@@ -573,8 +583,13 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
   async blocks(): Promise<BlockRecord[]> {
     return this.guard(async () => {
       const shas = (await this.client.smembers(this.key('blocks'))).sort();
-      const out: BlockRecord[] = [];
-      // A node reads every row when it starts: one round trip per batch, not per block.
+      return (await this.blockRows(shas)).filter((b): b is BlockRecord => b !== undefined);
+    });
+  }
+
+  async blockRows(shas: readonly string[]): Promise<Array<BlockRecord | undefined>> {
+    return this.guard(async () => {
+      const out: Array<BlockRecord | undefined> = [];
       for (let i = 0; i < shas.length; i += BLOCKS_BATCH) {
         const batch = shas.slice(i, i + BLOCKS_BATCH);
         const pipe = this.client.pipeline();
@@ -583,12 +598,16 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
         batch.forEach((sha, j) => {
           const [err, fields] = replies[j] ?? [new Error('no reply'), null];
           if (err) throw err;
-          const b = blockRow(sha, fields as Array<string | null>);
-          if (b) out.push(b);
+          out.push(blockRow(sha, fields as Array<string | null>));
         });
       }
       return out;
     });
+  }
+
+  async pinnedBlocks(): Promise<BlockRecord[]> {
+    const shas = await this.guard(() => this.client.smembers(this.key('pinned')));
+    return (await this.blockRows(shas.sort())).filter((b): b is BlockRecord => b?.pinned === true);
   }
 
   async forget(sha256: string): Promise<{ removedVersions: number }> {
