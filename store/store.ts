@@ -574,8 +574,7 @@ export class Store {
       }
       await this.ensureInDram(cur.sha256, cur.sizeBytes);
       await this.meta.setPinned(cur.sha256, true);
-      this.pinned.set(cur.sha256, cur.sizeBytes);
-      this.pinnedBytes += cur.sizeBytes;
+      this.pinLocally(cur.sha256, cur.sizeBytes);
     });
     // A pinned prefix keeps a second DRAM copy on another node, so losing one node loses no pin.
     if (this.config.cluster) this.askReplica(cur.sha256).catch((e: unknown) => this.warn(`asking for a replica of pinned ${cur.sha256}: ${String(e)}`));
@@ -594,9 +593,7 @@ export class Store {
         return;
       }
       await this.meta.setPinned(cur.sha256, false);
-      this.pinned.delete(cur.sha256);
-      this.pinnedBytes -= size;
-      this.replicas.delete(cur.sha256);
+      this.unpinLocally(cur.sha256);
     });
   }
 
@@ -624,8 +621,7 @@ export class Store {
           return;
         }
         await this.ensureInDram(sha, row.sizeBytes);
-        this.pinned.set(sha, row.sizeBytes);
-        this.pinnedBytes += row.sizeBytes;
+        this.pinLocally(sha, row.sizeBytes);
         this.replicas.add(sha);
       });
     }
@@ -633,10 +629,7 @@ export class Store {
       const row = await this.meta.block(sha);
       if (row?.pinned === true) continue;
       await this.locks.with(sha, async () => {
-        const size = this.pinned.get(sha);
-        if (!this.replicas.delete(sha) || size === undefined) return;
-        this.pinned.delete(sha);
-        this.pinnedBytes -= size;
+        if (this.replicas.has(sha)) this.unpinLocally(sha);
       });
     }
   }
@@ -872,7 +865,7 @@ export class Store {
       this.kickFlusher();
       if (await this.makeRoom(this.dram.footprintBytes(data.length))) {
         await this.dram.write(sha, data);
-        this.eviction.admitted(sha);
+        this.admit(sha);
       } else {
         this.counters.demotions++;
       }
@@ -880,7 +873,7 @@ export class Store {
     }
     if (await this.makeRoom(this.dram.footprintBytes(data.length))) {
       await this.dram.write(sha, data);
-      this.eviction.admitted(sha);
+      this.admit(sha);
       this.markDirty(sha, data.length);
       this.kickFlusher();
       return;
@@ -1170,7 +1163,7 @@ export class Store {
           if (!(await this.makeRoom(this.dram.footprintBytes(data.length)))) return;
           await this.dram.write(sha, data);
           if (shared) this.sharedClean.add(sha);
-          this.eviction.admitted(sha);
+          this.admit(sha);
           this.remote?.advertise(sha, true);
           this.counters.promotions++;
         }),
@@ -1198,7 +1191,7 @@ export class Store {
     }
     await this.dram.write(sha, data);
     if (!this.disk.has(sha)) this.sharedClean.add(sha);
-    this.eviction.admitted(sha);
+    this.admit(sha);
     this.remote?.advertise(sha, true);
     this.counters.promotions++;
   }
@@ -1212,7 +1205,7 @@ export class Store {
     if (!remote || this.disk.has(sha) || !(this.dram instanceof NativeArenaTier) || !(await this.roomFor(sizeBytes))) return false;
     if (!(await remote.fetch(this.dram, sha, sizeBytes))) return false;
     this.sharedClean.add(sha);
-    this.eviction.admitted(sha);
+    this.admit(sha);
     if (reading) this.counters.hits.remote++;
     if (!reading || remote.remoteRead(sha)) remote.advertise(sha, true);
     else this.borrowed.add(sha);
@@ -1301,10 +1294,7 @@ export class Store {
         continue;
       }
       referenced.add(row.sha256);
-      if (row.pinned) {
-        this.pinned.set(row.sha256, row.sizeBytes);
-        this.pinnedBytes += row.sizeBytes;
-      }
+      if (row.pinned) this.pinLocally(row.sha256, row.sizeBytes);
     }
     for (const { key } of this.disk.scan()) {
       if (referenced.has(key)) continue;
@@ -1312,7 +1302,7 @@ export class Store {
       this.counters.orphanBlocksRemoved++;
     }
     for (const { key } of this.dram.scan()) {
-      if (referenced.has(key)) this.eviction.admitted(key);
+      if (referenced.has(key)) this.admit(key);
       else await this.dram.delete(key);
     }
     if (this.counters.lostVersions > 0) {
@@ -1340,20 +1330,38 @@ export class Store {
     const inDram = this.dram.scan().map((e) => e.key); // empty for a fresh arena; a test may inject one
     const dramRows = await directory.blockRows(inDram);
     for (let i = 0; i < inDram.length; i++) {
-      if (dramRows[i] !== undefined) this.eviction.admitted(inDram[i]);
+      if (dramRows[i] !== undefined) this.admit(inDram[i]);
       else await this.dram.delete(inDram[i]);
     }
     // Pins made before the pinned set existed (an older namespace): read every row once.
     const pinnedRows = await directory.pinnedBlocks();
     const legacy = pinnedRows.length === 0 && (await this.meta.totals()).pinnedBytes > 0;
-    for (const row of legacy ? (await this.meta.blocks()).filter((r) => r.pinned) : pinnedRows) {
-      this.pinned.set(row.sha256, row.sizeBytes);
-      this.pinnedBytes += row.sizeBytes;
-    }
+    for (const row of legacy ? (await this.meta.blocks()).filter((r) => r.pinned) : pinnedRows) this.pinLocally(row.sha256, row.sizeBytes);
     for (const [sha, size] of this.pinned) await this.ensureInDram(sha, size);
   }
 
   // ---- small helpers --------------------------------------------------------------------------------
+
+  /** A block enters the DRAM recency order, unless pinned: pins are never victims, so never scanned. */
+  private admit(sha: string): void {
+    if (!this.pinned.has(sha)) this.eviction.admitted(sha);
+  }
+
+  private pinLocally(sha: string, sizeBytes: number): void {
+    assert(!this.pinned.has(sha), 'a pin is counted once');
+    this.pinned.set(sha, sizeBytes);
+    this.pinnedBytes += sizeBytes;
+    this.eviction.removed(sha);
+  }
+
+  private unpinLocally(sha: string): void {
+    const size = this.pinned.get(sha);
+    if (size === undefined) return;
+    this.pinned.delete(sha);
+    this.pinnedBytes -= size;
+    this.replicas.delete(sha);
+    if (this.dram.has(sha)) this.eviction.admitted(sha);
+  }
 
   private residentSize(sha: string): number | undefined {
     return this.dram.sizeOf(sha) ?? this.disk.sizeOf(sha);

@@ -1,5 +1,5 @@
 import { strict as assert } from 'node:assert';
-import { LruEviction } from '../../store/policy/lru';
+import { LruEviction, VICTIM_SKIPS_MAX } from '../../store/policy/lru';
 import { ThresholdPromotion } from '../../store/policy/promotion';
 import { KeyedLock, SingleFlight } from '../../store/singleflight';
 import { Mover } from '../../store/mover';
@@ -24,6 +24,23 @@ describe('policies', () => {
     assert.deepEqual(lru.victims(1, () => 1, () => true), ['a']);
     lru.accessed('a'); // back in the order as most recent; 'b' overflows now
     assert.deepEqual(lru.victims(3, () => 1, () => true), ['b', 'c', 'a']);
+  });
+
+  it('LRU looks at a bounded number of keys per call, however many it orders (O(1) per eviction)', () => {
+    const n = 100_000;
+    const lru = new LruEviction(n);
+    for (let i = 0; i < n; i++) lru.admitted(`k${i}`);
+    let asked = 0;
+    // The coldest half cannot go (dirty): the call gives up after VICTIM_SKIPS_MAX of them.
+    const none = lru.victims(10, () => 1, (k) => {
+      asked++;
+      return Number(k.slice(1)) >= n / 2;
+    });
+    assert.deepEqual(none, []);
+    assert.equal(asked, VICTIM_SKIPS_MAX);
+    asked = 0;
+    assert.deepEqual(lru.victims(3, () => 1, (k) => (asked++, k !== 'k0')), ['k1', 'k2', 'k3']);
+    assert.equal(asked, 4);
   });
 
   it('promotion fires after the configured number of slow reads, per key', () => {
