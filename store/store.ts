@@ -336,7 +336,12 @@ export class Store {
       store = new Store(dram, disk, meta, config, token);
       if (cluster && cluster.remote !== false && dram instanceof NativeArenaTier && dram.capacityBytes > 0) {
         const s = store;
-        s.remote = RemoteDram.open(dram, cluster.node, cluster.directory, cluster.remote ?? {}, (m) => s.warn(m));
+        try {
+          s.remote = RemoteDram.open(dram, cluster.node, cluster.directory, cluster.remote ?? {}, (m) => s.warn(m));
+        } catch (e) {
+          if (cluster.remote?.provider !== undefined) throw e; // asked for by name: an error
+          s.warn(`no remote DRAM tier (reads of other nodes' blocks use the shared tier): ${(e as Error).message}`);
+        }
         if (s.remote) opened.splice(opened.indexOf(dram) + 1, 0, s.remote); // closed before the arena
       }
       await store.reconcile();

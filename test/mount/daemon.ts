@@ -62,13 +62,20 @@ export class Daemon {
     const proc = this.proc;
     this.proc = undefined;
     let code: number | null = null;
+    let unclean: string | undefined;
     if (proc && proc.exitCode === null && proc.signalCode === null) {
       const exited = new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
       proc.kill(signal);
       code = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+      // SIGTERM is the clean stop: the daemon unmounts, persists and exits 0 (a regression here once
+      // came from a library that took over SIGTERM).
+      if (signal === 'SIGTERM' && (code !== 0 || isMounted(this.mnt))) {
+        unclean = `daemon did not stop cleanly on SIGTERM (exit ${code}, ${isMounted(this.mnt) ? 'still mounted' : 'unmounted'}): ${this.stderr.slice(-600)}`;
+      }
     }
     if (isMounted(this.mnt)) spawnSync('fusermount', ['-uz', this.mnt]);
+    if (unclean) throw new Error(unclean);
     return code;
   }
 }

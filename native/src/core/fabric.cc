@@ -6,6 +6,8 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <dlfcn.h>
+#include <signal.h>
 #include <string.h>
 
 #include <algorithm>
@@ -135,7 +137,59 @@ struct Command {
   Fabric::Done done;
 };
 
-std::string FiError(const char* what, int rc) { return std::string(what) + ": " + fi_strerror(-rc) + " (" + std::to_string(rc) + ")"; }
+// libfabric is opened at run time, not linked: Debian's libfabric1 needs libpsm_infinipath, whose
+// constructor installs SIGINT/SIGTERM/... handlers that call exit(1), so a daemon that merely loaded
+// the addon would die on SIGTERM without unmounting or persisting anything. dlopen lets us keep the
+// process's signal dispositions around the load (and around fi_getinfo, which starts providers).
+// Only these few functions are exported by libfabric; the rest of its API is inline calls through
+// the objects' ops tables, which need no symbols.
+struct Libfabric {
+  int (*getinfo)(uint32_t, const char*, const char*, uint64_t, const fi_info*, fi_info**) = nullptr;
+  void (*freeinfo)(fi_info*) = nullptr;
+  fi_info* (*dupinfo)(const fi_info*) = nullptr;
+  int (*fabric)(fi_fabric_attr*, fid_fabric**, void*) = nullptr;
+  const char* (*strerror)(int) = nullptr;
+  std::string error;
+};
+
+// Runs `body` with every catchable signal's disposition restored afterwards.
+template <typename F>
+auto KeepingSignals(F body) -> decltype(body()) {
+  struct sigaction saved[NSIG];
+  for (int sig = 1; sig < NSIG; sig++) sigaction(sig, nullptr, &saved[sig]);
+  auto result = body();
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction now;
+    if (sigaction(sig, nullptr, &now) == 0 && now.sa_handler != saved[sig].sa_handler) sigaction(sig, &saved[sig], nullptr);
+  }
+  return result;
+}
+
+const Libfabric& Lib() {
+  static const Libfabric lib = [] {
+    Libfabric l;
+    void* h = KeepingSignals([] { return dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL); });
+    if (h == nullptr) {
+      const char* why = dlerror();
+      l.error = std::string("cannot load libfabric.so.1 (Debian: apt-get install libfabric1): ") + (why ? why : "unknown");
+      return l;
+    }
+    l.getinfo = reinterpret_cast<decltype(l.getinfo)>(dlsym(h, "fi_getinfo"));
+    l.freeinfo = reinterpret_cast<decltype(l.freeinfo)>(dlsym(h, "fi_freeinfo"));
+    l.dupinfo = reinterpret_cast<decltype(l.dupinfo)>(dlsym(h, "fi_dupinfo"));
+    l.fabric = reinterpret_cast<decltype(l.fabric)>(dlsym(h, "fi_fabric"));
+    l.strerror = reinterpret_cast<decltype(l.strerror)>(dlsym(h, "fi_strerror"));
+    if (!l.getinfo || !l.freeinfo || !l.dupinfo || !l.fabric || !l.strerror) l.error = "libfabric.so.1 lacks fi_getinfo/fi_freeinfo/fi_dupinfo/fi_fabric/fi_strerror";
+    return l;
+  }();
+  return lib;
+}
+
+std::string FiError(const char* what, int rc) {
+  const char* text = Lib().strerror ? Lib().strerror(-rc) : "?";
+  return std::string(what) + ": " + text + " (" + std::to_string(rc) + ")";
+}
 
 }  // namespace
 
@@ -210,7 +264,12 @@ struct Fabric::Impl {
 };
 
 Status Fabric::Impl::Setup(std::string* error) {
-  fi_info* hints = fi_allocinfo();
+  const Libfabric& lib = Lib();
+  if (!lib.error.empty()) {
+    *error = "fabric: " + lib.error;
+    return Status::kIo;
+  }
+  fi_info* hints = lib.dupinfo(nullptr);  // fi_allocinfo()
   if (hints == nullptr) {
     *error = "fabric: out of memory";
     return Status::kIo;
@@ -222,8 +281,8 @@ Status Fabric::Impl::Setup(std::string* error) {
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->fabric_attr->prov_name = strdup(config.provider.c_str());
   const char* node = config.node.empty() ? nullptr : config.node.c_str();
-  int rc = fi_getinfo(FI_VERSION(1, 9), node, nullptr, node ? FI_SOURCE : 0, hints, &info);
-  fi_freeinfo(hints);
+  int rc = KeepingSignals([&] { return lib.getinfo(FI_VERSION(1, 9), node, nullptr, node ? FI_SOURCE : 0, hints, &info); });
+  lib.freeinfo(hints);
   if (rc != 0 || info == nullptr) {
     *error = FiError(("fabric: no provider \"" + config.provider + "\"" + (node ? std::string(" on ") + node : "")).c_str(), rc);
     info = nullptr;
@@ -236,7 +295,7 @@ Status Fabric::Impl::Setup(std::string* error) {
     *error = FiError(what, code);
     return Status::kIo;
   };
-  if ((rc = fi_fabric(info->fabric_attr, &fabric, nullptr)) != 0) return fail("fabric: fi_fabric", rc);
+  if ((rc = KeepingSignals([&] { return lib.fabric(info->fabric_attr, &fabric, nullptr); })) != 0) return fail("fabric: fi_fabric", rc);
   if ((rc = fi_domain(fabric, info, &domain, nullptr)) != 0) return fail("fabric: fi_domain", rc);
   fi_cq_attr cqAttr{};
   cqAttr.format = FI_CQ_FORMAT_MSG;
@@ -313,7 +372,7 @@ void Fabric::Impl::Teardown() {
   if (cq) fi_close(&cq->fid);
   if (domain) fi_close(&domain->fid);
   if (fabric) fi_close(&fabric->fid);
-  if (info) fi_freeinfo(info);
+  if (info) Lib().freeinfo(info);
   arenaMr = msgMr = nullptr;
   av = nullptr;
   cq = nullptr;
