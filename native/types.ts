@@ -36,6 +36,13 @@ export interface NativeArenaStats {
   /** Frees whose pages waited for a copy in progress. */
   deferredFrees: number;
   copiesInFlight: number;
+  namedBlocks: number;
+  holdsActive: number;
+  /** Bytes of live blocks, and the bytes their slots and pages take (the difference is padding). */
+  blockBytes: number;
+  slotBytes: number;
+  /** Pages carved into slots for blocks up to half a page. */
+  slabPages: number;
 }
 
 /** The arena's one mapping: what RDMA registration needs (address, length) and what clients map (fd). */
@@ -62,6 +69,8 @@ export interface NativeArenaBinding {
   describe(handle: number): { sizeBytes: number; extents: number[] };
   stats(): NativeArenaStats;
   region(): NativeRegion;
+  /** Whether a block of sizeBytes can be allocated now (a free slot of its size class, or free pages). */
+  fits(sizeBytes: number): boolean;
   /** Give a live block its content name (hex SHA-256): remote peers hold it by that name (Fabric). */
   name(handle: number, sha256: string): void;
   /** SHA-256 (hex) of a live block's bytes, hashed on a worker thread. */

@@ -168,6 +168,8 @@ const NODE_HEARTBEAT_MS = 5_000;
 const PLACE_CONCURRENCY = 64;
 /** Released blocks a node drops per heartbeat (a release elsewhere names this node's copies). */
 const RECLAIM_BATCH = 4096;
+/** Eviction rounds one write may run before it writes through to disk instead. */
+const MAKE_ROOM_ROUNDS_MAX = 8;
 /** Names whose current version a cluster node remembers for opens while Redis is away. */
 const LAST_KNOWN_NAMES = 65_536;
 /** A borrowed copy read request by request (no hold) stays this long after its last read. */
@@ -868,7 +870,7 @@ export class Store {
       await this.disk.write(sha, data);
       this.unsynced.add(sha);
       this.kickFlusher();
-      if (await this.makeRoom(this.dram.footprintBytes(data.length))) {
+      if (await this.makeRoom(data.length)) {
         await this.dram.write(sha, data);
         this.admit(sha);
       } else {
@@ -876,7 +878,7 @@ export class Store {
       }
       return;
     }
-    if (await this.makeRoom(this.dram.footprintBytes(data.length))) {
+    if (await this.makeRoom(data.length)) {
       await this.dram.write(sha, data);
       this.admit(sha);
       this.markDirty(sha, data.length);
@@ -903,18 +905,26 @@ export class Store {
     this.dirtyDiskBytes -= this.disk.footprintBytes(size);
   }
 
-  /** Evict clean, unpinned blocks until DRAM has `needBytes` free; false if it cannot. */
-  private async makeRoom(needBytes: number): Promise<boolean> {
+  /**
+   * Evict clean, unpinned blocks until DRAM can take a block of `sizeBytes`; false if it cannot. A tier
+   * that packs small blocks (fits()) may have room in a slot of the block's size class without free
+   * pages; evicting frees slots and pages, so it asks again after each round (a bounded number).
+   */
+  private async makeRoom(sizeBytes: number): Promise<boolean> {
+    const needBytes = this.dram.footprintBytes(sizeBytes);
     if (needBytes > this.dram.capacityBytes) return false;
-    const short = needBytes - this.dram.freeBytes();
-    if (short <= 0) return true;
-    const victims = this.eviction.victims(
-      short,
-      (k) => this.dram.footprintBytes(this.dram.sizeOf(k) ?? 0),
-      (k) => this.dram.has(k) && this.evictable(k),
-    );
-    for (const key of victims) await this.evict(key);
-    return this.dram.freeBytes() >= needBytes;
+    const fits = () => (this.dram.fits ? this.dram.fits(sizeBytes) : this.dram.freeBytes() >= needBytes);
+    for (let round = 0; round < MAKE_ROOM_ROUNDS_MAX; round++) {
+      if (fits()) return true;
+      const victims = this.eviction.victims(
+        Math.max(1, needBytes - this.dram.freeBytes()),
+        (k) => this.dram.footprintBytes(this.dram.sizeOf(k) ?? 0),
+        (k) => this.dram.has(k) && this.evictable(k),
+      );
+      if (victims.length === 0) return false;
+      for (const key of victims) await this.evict(key);
+    }
+    return fits();
   }
 
   private evictable(key: string): boolean {
@@ -1165,7 +1175,7 @@ export class Store {
           if (this.closed || this.dram.has(sha) || (!this.disk.has(sha) && !this.config.cluster)) return;
           const shared = !this.disk.has(sha);
           if (shared && (await this.meta.block(sha)) === undefined) return; // released meanwhile
-          if (!(await this.makeRoom(this.dram.footprintBytes(data.length)))) return;
+          if (!(await this.makeRoom(data.length))) return;
           await this.dram.write(sha, data);
           if (shared) this.sharedClean.add(sha);
           this.admit(sha);
@@ -1187,10 +1197,10 @@ export class Store {
     }
     if (await this.fetchRemote(sha, sizeBytes, reading)) return;
     const data = await this.loadFromDisk(sha, sizeBytes);
-    if (!(await this.makeRoom(this.dram.footprintBytes(sizeBytes)))) {
+    if (!(await this.makeRoom(sizeBytes))) {
       // Room may be held by blocks waiting for the flusher: let it finish, then try once more.
       await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
-      if (!(await this.makeRoom(this.dram.footprintBytes(sizeBytes)))) {
+      if (!(await this.makeRoom(sizeBytes))) {
         throw new CascadeError('ENOSPC', `no room in DRAM for ${sizeBytes} bytes (pinned: ${this.pinnedBytes})`);
       }
     }
@@ -1219,7 +1229,7 @@ export class Store {
 
   /** Make room in DRAM for a block of sizeBytes (false when pins and open readers fill it). */
   private async roomFor(sizeBytes: number): Promise<boolean> {
-    return this.makeRoom(this.dram.footprintBytes(sizeBytes));
+    return this.makeRoom(sizeBytes);
   }
 
   private dropBorrowedLater(sha: string): void {

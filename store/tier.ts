@@ -15,6 +15,9 @@ export interface TierStats {
   /** Footprint of live blocks (may exceed the sum of sizes: pages, headers); dead bytes not included. */
   usedBytes: number;
   blocks: number;
+  /** Tiers that pack blocks into slots (the native arena): the blocks' own bytes, and their slots'. */
+  blockBytes?: number;
+  slotBytes?: number;
 }
 
 export interface Tier {
@@ -36,6 +39,11 @@ export interface Tier {
   footprintBytes(sizeBytes: number): number;
   /** Free bytes for new blocks right now. */
   freeBytes(): number;
+  /**
+   * Whether a block of sizeBytes can be stored right now. Only tiers that pack small blocks into shared
+   * pages (where free slots of one size do not show in freeBytes) implement it.
+   */
+  fits?(sizeBytes: number): boolean;
 
   /**
    * Store `data` under `key`. Writing a key that is present is a no-op (content addressing).

@@ -378,7 +378,61 @@ void TestNamesAndHolds() {
   delete a;
 }
 
+// Small blocks share pages (slabs of power-of-two slots from 4 KiB up to half a page): a 64 KiB-page
+// arena holds 16 blocks of 4 KiB per page; no block takes more than twice its size; empty slabs give
+// their page back; bytes read back are the bytes written.
+void TestSlabs() {
+  const uint64_t page = 64 * 1024, pages = 8;
+  Arena* a = OpenArena(page * pages, page);
+  std::vector<uint64_t> hs;
+  uint64_t h;
+  for (int i = 0; i < 16 * 8; i++) {
+    EXPECT(a->Allocate(4096, &h) == Status::kOk);
+    hs.push_back(h);
+  }
+  EXPECT(a->Stats().freeBytes == 0 && a->Stats().slabPages == 8);
+  EXPECT(!a->Fits(4096) && !a->Fits(1));
+  EXPECT(a->Allocate(1, &h) == Status::kNoSpace);
+  EXPECT(a->Stats().blockBytes == 128 * 4096 && a->Stats().slotBytes == 128 * 4096);
+  // Free one: its slot is reused by a block of the same class, not of another.
+  EXPECT(a->Free(hs[5]) == Status::kOk);
+  EXPECT(a->Fits(4096) && !a->Fits(4097));
+  EXPECT(a->Allocate(4097, &h) == Status::kNoSpace);
+  EXPECT(a->Allocate(100, &hs[5]) == Status::kOk);
+  // Free two whole slabs: their pages are free again, for any size.
+  for (int i = 16; i < 48; i++) EXPECT(a->Free(hs[i]) == Status::kOk);
+  EXPECT(a->Stats().freeBytes == 2 * page && a->Stats().slabPages == 6);
+  EXPECT(a->Fits(page) && a->Fits(20000));
+  // Contents survive neighbours' writes; every slot is within 2x its block.
+  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> blocks;
+  for (uint64_t size : {uint64_t{4097}, uint64_t{8192}, uint64_t{9000}}) {
+    std::vector<uint8_t> data(size);
+    Pattern(&data, size);
+    EXPECT(a->Allocate(size, &h) == Status::kOk);
+    EXPECT(a->Write(h, 0, data.data(), size) == Status::kOk);
+    uint64_t bytes;
+    std::vector<Extent> ext;
+    EXPECT(a->Describe(h, &bytes, &ext) == Status::kOk && ext.size() == 1 && ext[0].lengthBytes == size);
+    blocks.push_back({h, data});
+  }
+  const ArenaStats st = a->Stats();
+  EXPECT(st.slotBytes <= 2 * st.blockBytes);
+  for (auto& [bh, data] : blocks) {
+    std::vector<uint8_t> out(data.size());
+    uint64_t copied;
+    EXPECT(a->Read(bh, 0, out.data(), out.size(), &copied) == Status::kOk && copied == data.size() && out == data);
+    EXPECT(a->Free(bh) == Status::kOk);
+  }
+  for (int i = 0; i < 128; i++) {
+    if (i >= 16 && i < 48) continue;
+    EXPECT(a->Free(hs[i]) == Status::kOk);
+  }
+  EXPECT(a->Stats().freeBytes == page * pages && a->Stats().slabPages == 0 && a->Stats().blockBytes == 0 && a->Stats().slotBytes == 0);
+  delete a;
+}
+
 int main() {
+  TestSlabs();
   TestNamesAndHolds();
   TestBadConfig();
   TestStaleHandles();

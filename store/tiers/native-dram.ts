@@ -25,6 +25,17 @@ interface NativeBlock {
   sizeBytes: number;
 }
 
+/**
+ * The slot a small block takes in the arena (native/src/core/arena.h: blocks up to half a page share
+ * pages in power-of-two slots from 4 KiB), or undefined for a block that takes whole pages.
+ */
+export function slabSlotBytes(sizeBytes: number, pageBytes: number): number | undefined {
+  if (sizeBytes === 0) return undefined;
+  for (let slot = SLAB_SLOT_MIN_BYTES; slot * 2 <= pageBytes; slot *= 2) if (sizeBytes <= slot) return slot;
+  return undefined;
+}
+const SLAB_SLOT_MIN_BYTES = 4096;
+
 /** Where a block's bytes are in the arena mapping: for same-node clients and later RDMA. */
 export interface ArenaExtents {
   sizeBytes: number;
@@ -82,7 +93,13 @@ export class NativeArenaTier implements Tier {
     if (!Number.isSafeInteger(sizeBytes) || sizeBytes < 0) {
       throw new CascadeError('EINVAL', `size must be a non-negative integer, got ${sizeBytes}`);
     }
-    return Math.ceil(sizeBytes / this.pageBytes) * this.pageBytes;
+    const slot = slabSlotBytes(sizeBytes, this.pageBytes);
+    return slot ?? Math.ceil(sizeBytes / this.pageBytes) * this.pageBytes;
+  }
+
+  fits(sizeBytes: number): boolean {
+    this.checkOpen();
+    return this.arena !== undefined && this.arena.fits(sizeBytes);
   }
 
   freeBytes(): number {
@@ -212,7 +229,15 @@ export class NativeArenaTier implements Tier {
 
   stats(): TierStats {
     this.checkOpen();
-    return { name: this.name, capacityBytes: this.capacityBytes, usedBytes: this.arena?.stats().usedBytes ?? 0, blocks: this.blocks.size };
+    const a = this.arena?.stats();
+    return {
+      name: this.name,
+      capacityBytes: this.capacityBytes,
+      usedBytes: a?.usedBytes ?? 0,
+      blocks: this.blocks.size,
+      blockBytes: a?.blockBytes ?? 0,
+      slotBytes: a?.slotBytes ?? 0,
+    };
   }
 
   async close(): Promise<void> {

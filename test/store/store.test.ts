@@ -6,6 +6,7 @@ import { Store, type StoreConfig } from '../../store/store';
 import type { Tier } from '../../store/tier';
 import { DiskSegmentTier, type DiskIo } from '../../store/tiers/disk';
 import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from './helpers';
+import { nativeBinding } from '../../native';
 
 const dirs: string[] = [];
 after(() => dirs.forEach(rmDir));
@@ -55,6 +56,25 @@ describe('Store', function () {
     assert.ok(s.evictions > 0, 'DRAM evicted to make room');
     assert.ok(s.hits.disk > 0, 'some reads came from disk');
     assert.equal(s.tiers[1].blocks, 200, 'every block reached disk');
+    await store.close();
+  });
+
+  it('small blocks packed: 4 MiB of DRAM holds 1,024 blocks of 4 KiB (not 64 pages), slots within 2x the bytes, all read back', async function () {
+    if (!nativeBinding()) this.skip();
+    const store = await open(newDir(), { dramCapacityBytes: 4 * MiB, dram: 'native' });
+    for (let i = 0; i < 1024; i++) await store.put(`m/small-${i}`, seededBytes(5000 + i, 4096));
+    await store.idle();
+    let s = await store.stats();
+    assert.equal(s.tiers[0].blocks, 1024, 'every block stayed in DRAM');
+    assert.equal(s.evictions, 0);
+    assert.equal(s.tiers[0].blockBytes, 1024 * 4096);
+    assert.equal(s.tiers[0].slotBytes, 1024 * 4096, 'no padding for 4 KiB blocks');
+    // Sizes between classes: every slot within 2x its block.
+    for (let i = 0; i < 200; i++) await store.put(`m/odd-${i}`, seededBytes(9000 + i, 4097 + i * 97));
+    s = await store.stats();
+    assert.ok(s.tiers[0].slotBytes! <= 2 * s.tiers[0].blockBytes!, `slots ${s.tiers[0].slotBytes} within 2x ${s.tiers[0].blockBytes}`);
+    for (let i = 0; i < 1024; i++) assert.ok((await store.get(`m/small-${i}`)).equals(seededBytes(5000 + i, 4096)));
+    for (let i = 0; i < 200; i++) assert.ok((await store.get(`m/odd-${i}`)).equals(seededBytes(9000 + i, 4097 + i * 97)));
     await store.close();
   });
 

@@ -48,7 +48,8 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
                         InstanceMethod("writeAsync", &ArenaWrap::WriteAsync), InstanceMethod("readAsync", &ArenaWrap::ReadAsync),
                         InstanceMethod("describe", &ArenaWrap::Describe), InstanceMethod("stats", &ArenaWrap::Stats),
                         InstanceMethod("region", &ArenaWrap::Region), InstanceMethod("close", &ArenaWrap::Close),
-                        InstanceMethod("name", &ArenaWrap::Name), InstanceMethod("sha256Async", &ArenaWrap::Sha256Async)});
+                        InstanceMethod("name", &ArenaWrap::Name), InstanceMethod("sha256Async", &ArenaWrap::Sha256Async),
+                        InstanceMethod("fits", &ArenaWrap::Fits)});
   }
 
   // The arena for a Fabric to register; null when closed.
@@ -170,6 +171,13 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
     return info.Env().Undefined();
   }
 
+  Napi::Value Fits(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    uint64_t size;
+    if (a == nullptr || !ArgU64(info, 0, "sizeBytes", &size)) return info.Env().Undefined();
+    return Napi::Boolean::New(info.Env(), a->Fits(size));
+  }
+
   // sha256Async(handle): the block's SHA-256 (hex), hashed on a worker thread.
   Napi::Value Sha256Async(const Napi::CallbackInfo& info);
 
@@ -216,6 +224,11 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
     set("noSpaceFailures", s.noSpaceFailures);
     set("deferredFrees", s.deferredFrees);
     set("copiesInFlight", s.copiesInFlight);
+    set("namedBlocks", s.namedBlocks);
+    set("holdsActive", s.holdsActive);
+    set("blockBytes", s.blockBytes);
+    set("slotBytes", s.slotBytes);
+    set("slabPages", s.slabPages);
     return o;
   }
 

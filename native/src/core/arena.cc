@@ -95,6 +95,70 @@ Arena::Arena(int fd, uint8_t* base, uint64_t capacityBytes, uint64_t pageBytes)
   freeByStart_[0] = totalPages_;
   freeBySize_.insert({totalPages_, 0});
   freePages_ = totalPages_;
+  uint32_t classes = 0;
+  while (SlabSlotBytes(classes + 1) * 2 <= pageBytes_) classes++;
+  slabsWithRoom_.resize(classes);
+}
+
+bool Arena::Fits(uint64_t sizeBytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (freeSlots_.empty() && slots_.size() >= kArenaSlotsMax) return false;
+  const uint32_t c = SlabClassFor(sizeBytes);
+  if (c != 0 && !slabsWithRoom_[c - 1].empty()) return true;
+  const uint64_t pages = c != 0 ? 1 : (sizeBytes + pageBytes_ - 1) / pageBytes_;
+  return pages <= freePages_;
+}
+
+uint32_t Arena::SlabClassFor(uint64_t sizeBytes) const {
+  if (sizeBytes == 0) return 0;
+  for (uint32_t c = 1; c <= slabsWithRoom_.size(); c++) {
+    if (sizeBytes <= SlabSlotBytes(c)) return c;
+  }
+  return 0;
+}
+
+bool Arena::TakeSlabSlot(uint32_t slabClass, Extent* run) {
+  std::set<uint64_t>& room = slabsWithRoom_[slabClass - 1];
+  const uint64_t slotBytes = SlabSlotBytes(slabClass);
+  if (room.empty()) {
+    std::vector<Extent> page;
+    if (!TakePages(1, &page)) return false;
+    const uint64_t index = page[0].arenaOffsetBytes / pageBytes_;
+    Slab slab{slabClass, 0, {}};
+    const uint32_t count = static_cast<uint32_t>(pageBytes_ / slotBytes);
+    for (uint32_t i = count; i > 0; i--) slab.freeSlots.push_back(i - 1);
+    slabs_.emplace(index, std::move(slab));
+    room.insert(index);
+  }
+  const uint64_t index = *room.begin();
+  Slab& slab = slabs_.at(index);
+  Check(slab.slabClass == slabClass && !slab.freeSlots.empty(), "a slab with room has a free slot of its class");
+  const uint32_t slot = slab.freeSlots.back();
+  slab.freeSlots.pop_back();
+  slab.used++;
+  if (slab.freeSlots.empty()) room.erase(index);
+  *run = {index * pageBytes_ + slot * slotBytes, slotBytes};
+  return true;
+}
+
+void Arena::ReturnSlabSlot(const Extent& run) {
+  const uint64_t index = run.arenaOffsetBytes / pageBytes_;
+  auto it = slabs_.find(index);
+  Check(it != slabs_.end(), "a slab slot lies in a slab page");
+  Slab& slab = it->second;
+  const uint64_t slotBytes = SlabSlotBytes(slab.slabClass);
+  Check(run.lengthBytes == slotBytes && slab.used > 0, "a freed slot matches its slab");
+  const uint32_t slot = static_cast<uint32_t>((run.arenaOffsetBytes - index * pageBytes_) / slotBytes);
+  slab.freeSlots.push_back(slot);
+  slab.used--;
+  std::set<uint64_t>& room = slabsWithRoom_[slab.slabClass - 1];
+  if (slab.used == 0) {
+    room.erase(index);
+    slabs_.erase(it);
+    ReturnRun(index, 1);  // an empty slab page goes back to the free pages
+  } else {
+    room.insert(index);
+  }
 }
 
 Arena::~Arena() {
@@ -178,7 +242,8 @@ Status Arena::Allocate(uint64_t sizeBytes, uint64_t* handle) {
     counters_.noSpaceFailures++;
     return Status::kNoSpace;
   }
-  const uint64_t pageCount = (sizeBytes + pageBytes_ - 1) / pageBytes_;
+  const uint32_t slabClass = SlabClassFor(sizeBytes);
+  const uint64_t pageCount = slabClass != 0 ? 0 : (sizeBytes + pageBytes_ - 1) / pageBytes_;
   std::lock_guard<std::mutex> lock(mutex_);
   uint32_t index;
   if (!freeSlots_.empty()) {
@@ -191,7 +256,14 @@ Status Arena::Allocate(uint64_t sizeBytes, uint64_t* handle) {
     index = static_cast<uint32_t>(slots_.size());
   }
   std::vector<Extent> runs;
-  if (!TakePages(pageCount, &runs)) {
+  if (slabClass != 0) {
+    Extent run;
+    if (!TakeSlabSlot(slabClass, &run)) {
+      counters_.noSpaceFailures++;
+      return Status::kNoSpace;
+    }
+    runs.push_back(run);
+  } else if (!TakePages(pageCount, &runs)) {
     counters_.noSpaceFailures++;
     return Status::kNoSpace;
   }
@@ -211,7 +283,10 @@ Status Arena::Allocate(uint64_t sizeBytes, uint64_t* handle) {
     slot.blockOffsets.push_back(at);
     at += e.lengthBytes;
   }
-  Check(at == pageCount * pageBytes_, "runs cover the block's pages");
+  Check(slabClass != 0 ? at == SlabSlotBytes(slabClass) : at == pageCount * pageBytes_, "runs cover the block's pages");
+  slot.slabClass = slabClass;
+  blockBytes_ += sizeBytes;
+  slotBytes_ += at;
   counters_.allocations++;
   *handle = MakeHandle(slot.generation, index);
   return Status::kOk;
@@ -235,7 +310,16 @@ Status Arena::Lookup(uint64_t handle, uint32_t* slotIndex) {
 
 void Arena::ReleasePages(uint32_t slotIndex) {
   Slot& slot = slots_[slotIndex];
-  for (const Extent& e : slot.runs) ReturnRun(e.arenaOffsetBytes / pageBytes_, e.lengthBytes / pageBytes_);
+  uint64_t footprint = 0;
+  for (const Extent& e : slot.runs) {
+    footprint += e.lengthBytes;
+    if (slot.slabClass != 0) ReturnSlabSlot(e);
+    else ReturnRun(e.arenaOffsetBytes / pageBytes_, e.lengthBytes / pageBytes_);
+  }
+  Check(blockBytes_ >= slot.sizeBytes && slotBytes_ >= footprint, "byte counts balance");
+  blockBytes_ -= slot.sizeBytes;
+  slotBytes_ -= footprint;
+  slot.slabClass = 0;
   slot.runs.clear();
   slot.blockOffsets.clear();
   slot.sizeBytes = 0;
@@ -442,6 +526,9 @@ ArenaStats Arena::Stats() {
   s.freeExtents = freeByStart_.size();
   s.liveBlocks = counters_.allocations - counters_.frees;
   s.namedBlocks = names_.size();
+  s.blockBytes = blockBytes_;
+  s.slotBytes = slotBytes_;
+  s.slabPages = slabs_.size();
   return s;
 }
 

@@ -36,6 +36,10 @@ static_assert(kHandleSlotBits + kHandleGenerationBits <= 53, "handles stay exact
 // rather than let one block's extent list grow without bound.
 constexpr uint64_t kExtentsPerBlockMax = 65536;
 constexpr uint64_t kOsPageBytes = 4096;
+// Blocks up to half a page share pages: a page becomes a slab of equal slots of one size class (a
+// power of two from kSlabSlotMinBytes), so a 4 KiB block takes 4 KiB, not a whole page, and no block
+// takes more than twice its size (a block over half a page takes whole pages: under 2x as well).
+constexpr uint64_t kSlabSlotMinBytes = 4096;
 
 struct ArenaConfig {
   int fd = -1;                 // a tmpfs file to map; the arena dups it and owns the dup
@@ -65,6 +69,9 @@ struct ArenaStats {
   uint64_t copiesInFlight;
   uint64_t namedBlocks;    // blocks with a content name (what remote peers can hold)
   uint64_t holdsActive;    // remote holds not yet released
+  uint64_t blockBytes;     // bytes of live blocks (what callers asked for)
+  uint64_t slotBytes;      // bytes their slots and pages take (>= blockBytes; the rest is padding)
+  uint64_t slabPages;      // pages carved into slots for small blocks
 };
 
 // A block held for a remote reader (fabric.cc): its pages are not reused until Unhold, even if the
@@ -108,6 +115,9 @@ class Arena {
   // SHA-256 (lowercase hex) of a live block's bytes.
   Status Hash(uint64_t handle, std::string* hex);
 
+  // Whether Allocate(sizeBytes) would find room now.
+  bool Fits(uint64_t sizeBytes);
+
   ArenaStats Stats();
   // The whole mapping: what RDMA registration and same-node clients need.
   uint8_t* base() const { return base_; }
@@ -126,6 +136,14 @@ class Arena {
     std::vector<Extent> runs;
     std::vector<uint64_t> blockOffsets;
     std::string name;  // raw content name, empty when unnamed
+    uint32_t slabClass = 0;  // 0: whole pages; else the size class (1-based) of its slab slot
+  };
+
+  // A page carved into slots of one size class.
+  struct Slab {
+    uint32_t slabClass;
+    uint32_t used = 0;
+    std::vector<uint32_t> freeSlots;
   };
 
   Arena(int fd, uint8_t* base, uint64_t capacityBytes, uint64_t pageBytes);
@@ -138,6 +156,11 @@ class Arena {
   void TrimmedExtents(const Slot& slot, std::vector<Extent>* extents);
   void DropName(uint32_t slotIndex);
   void TakeHold(uint32_t slotIndex, ArenaHold* hold);  // under mutex_
+  // Size class (1-based) for a block of sizeBytes, or 0 when it takes whole pages.
+  uint32_t SlabClassFor(uint64_t sizeBytes) const;
+  uint64_t SlabSlotBytes(uint32_t slabClass) const { return kSlabSlotMinBytes << (slabClass - 1); }
+  bool TakeSlabSlot(uint32_t slabClass, Extent* run);  // under mutex_
+  void ReturnSlabSlot(const Extent& run);               // under mutex_
   bool TakePages(uint64_t pageCount, std::vector<Extent>* runs);
   void ReturnRun(uint64_t startPage, uint64_t pageCount);
   static uint64_t MakeHandle(uint32_t generation, uint32_t slotIndex);
@@ -156,6 +179,9 @@ class Arena {
   std::set<std::pair<uint64_t, uint64_t>> freeBySize_;
   uint64_t freePages_;
   std::unordered_map<std::string, uint32_t> names_;  // content name -> slot index
+  std::unordered_map<uint64_t, Slab> slabs_;          // by page index
+  std::vector<std::set<uint64_t>> slabsWithRoom_;     // by class - 1: pages with a free slot
+  uint64_t blockBytes_ = 0, slotBytes_ = 0;
   ArenaStats counters_{};
 };
 
