@@ -160,12 +160,13 @@ interface MountArgs extends CommonArgs {
   shared?: string;
   fabric?: string;
   fabricAddr?: string;
+  dramWatermarks?: string;
   remotePromoteAfter?: number;
 }
 
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
 const MOUNT_CONFIG_KEYS = [
-  'data', 'dram', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
+  'data', 'dram', 'dram-watermarks', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
 ] as const;
 
 /**
@@ -190,7 +191,7 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     }
     const bad = (want: string) => new CascadeError('EINVAL', `config file ${file}: "${rawKey}" must be ${want}, not ${JSON.stringify(value)}`);
     if ((key === 'data' || key === 'shared') && typeof value !== 'string') throw bad('a directory path');
-    if ((key === 'cluster' || key === 'node' || key === 'fabric' || key === 'fabric-addr') && typeof value !== 'string') throw bad('a string');
+    if ((key === 'cluster' || key === 'node' || key === 'fabric' || key === 'fabric-addr' || key === 'dram-watermarks') && typeof value !== 'string') throw bad('a string');
     if (key === 'remote-promote-after' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
@@ -214,6 +215,17 @@ function deferMountConfigErrors(file: string): Record<string, unknown> {
     mountConfigError = e;
     return {};
   }
+}
+
+/** `--dram-watermarks LOW,HIGH` in percent of --dram, e.g. `5,10`; `0,0` turns eviction ahead of need off. */
+export function parseWatermarks(text: string): { low: number; high: number } {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*,\s*(\d+(?:\.\d+)?)\s*$/.exec(text);
+  const low = m ? Number(m[1]) : NaN;
+  const high = m ? Number(m[2]) : NaN;
+  if (!m || !(low <= high && high < 100)) {
+    throw new CascadeError('EINVAL', `--dram-watermarks must be LOW,HIGH in percent of --dram with LOW <= HIGH < 100, e.g. 5,10; not ${JSON.stringify(text)}`);
+  }
+  return { low: low / 100, high: high / 100 };
 }
 
 async function mount(args: MountArgs): Promise<void> {
@@ -255,6 +267,7 @@ async function mount(args: MountArgs): Promise<void> {
     dataDir: path.resolve(args.data ?? defaultDataDir()),
     dramBytes: parseSize(args.dram),
     pinQuotaBytes: args.pinQuota === undefined ? undefined : parseSize(args.pinQuota),
+    dramWatermarks: args.dramWatermarks === undefined ? undefined : parseWatermarks(args.dramWatermarks),
     diskBytes: args.disk === undefined ? undefined : parseSize(args.disk),
     keepVersions: args.keepVersions,
     kernelCache: args.kernelCache,
@@ -460,6 +473,11 @@ export function buildCli(argv: string[]) {
           })
           .option('node', { type: 'string', describe: 'this node\'s name in the cluster (default: the host name); one running daemon per name' })
           .option('shared', { type: 'string', describe: 'with --cluster: the shared tier, a directory every node reads (Lustre); this node appends to <shared>/nodes/<node>/' })
+          .option('dram-watermarks', {
+            type: 'string',
+            describe:
+              'LOW,HIGH in percent of --dram: when free DRAM falls below LOW, clean blocks are evicted in the background until HIGH is free, so writes into a full cache do not wait for evictions (default 5,10; 0,0: off)',
+          })
           .option('fabric', {
             type: 'string',
             describe:
@@ -467,7 +485,7 @@ export function buildCli(argv: string[]) {
           })
           .option('fabric-addr', { type: 'string', describe: 'with --cluster: the address this node\'s fabric endpoint binds, reachable by the other nodes (default: the provider\'s first interface)' })
           .option('remote-promote-after', { type: 'number', describe: 'with --cluster: remote reads of a block on this node before it keeps its own DRAM copy (default 3)' })
-          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after); flags on the command line win', deferMountConfigErrors)
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
           .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
           .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run')

@@ -18,6 +18,8 @@ export interface MountOptions {
   dataDir: string;
   dramBytes: number;
   pinQuotaBytes?: number;
+  /** Free DRAM kept ahead of need, fractions of --dram (StoreConfig.dramWatermarks). */
+  dramWatermarks?: { low: number; high: number };
   /** Bound on the disk tier (default: the filesystem's own limit). */
   diskBytes?: number;
   keepVersions?: number;
@@ -81,6 +83,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
       dataDir: opts.dataDir,
       dramCapacityBytes: opts.dramBytes,
       pinQuotaBytes: opts.pinQuotaBytes,
+      dramWatermarks: opts.dramWatermarks,
       diskCapacityBytes: opts.diskBytes,
       keepVersions: opts.keepVersions,
       log: (m) => log(`cascade: ${m}`),

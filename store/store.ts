@@ -58,6 +58,12 @@ export interface StoreConfig {
   /** Disk reads of a block before it is promoted to DRAM. */
   promoteAfterReads?: number;
   /**
+   * Free DRAM kept ahead of need, as fractions of its capacity: when free space falls below `low`
+   * after a write, clean blocks are evicted in the background until `high` is free, so a write rarely
+   * waits for an eviction (default 0.05 and 0.10; 0 and 0 turn it off).
+   */
+  dramWatermarks?: { low: number; high: number };
+  /**
    * 'native': shared-memory arena mapped by the native addon (default when the addon loads);
    * 'shm': the same arena through pread/pwrite in TypeScript (default without the addon);
    * 'memory': plain heap (tests, hosts without /dev/shm).
@@ -112,6 +118,8 @@ export interface StoreStats {
   hits: Record<string, number>;
   misses: number;
   evictions: number;
+  /** Of the evictions, those made in the background to keep free DRAM at the watermarks. */
+  evictionsAhead: number;
   promotions: number;
   promotionsRefused: number;
   demotions: number;
@@ -168,6 +176,11 @@ const NODE_HEARTBEAT_MS = 5_000;
 const PLACE_CONCURRENCY = 64;
 /** Released blocks a node drops per heartbeat (a release elsewhere names this node's copies). */
 const RECLAIM_BATCH = 4096;
+/** Free DRAM kept ahead of need by default (fractions of capacity). */
+const DRAM_WATERMARKS_DEFAULT = { low: 0.05, high: 0.1 };
+/** Background eviction: bytes asked for per batch, and per pass (times the high watermark). */
+const EVICT_AHEAD_BATCH_BYTES = 64 * 1024 * 1024;
+const EVICT_AHEAD_PASS_FACTOR = 4;
 /** Eviction rounds one write may run before it writes through to disk instead. */
 const MAKE_ROOM_ROUNDS_MAX = 8;
 /** Names whose current version a cluster node remembers for opens while Redis is away. */
@@ -262,6 +275,10 @@ export class Store {
   private readonly replicas = new Set<string>();
   /** Cluster mode: the current version of names this node last saw, for opens while Redis is away. */
   private readonly lastKnown = new LRUCache<string, VersionRecord>({ max: LAST_KNOWN_NAMES });
+  /** Free DRAM bytes kept ahead of need (see StoreConfig.dramWatermarks), and the pass running now. */
+  private readonly lowWatermarkBytes: number;
+  private readonly highWatermarkBytes: number;
+  private evictingAhead: Promise<void> | undefined;
 
   private readonly counters = {
     hits: { dram: 0, remote: 0, disk: 0, shared: 0 } as Record<string, number>,
@@ -280,6 +297,8 @@ export class Store {
     sharedLoadBytes: 0,
     /** Cluster mode: opens served from the last-known version while Redis could not be reached. */
     offlineResolves: 0,
+    /** Blocks evicted in the background to keep the free-DRAM watermark (part of evictions). */
+    evictionsAhead: 0,
   };
 
   private constructor(
@@ -293,6 +312,9 @@ export class Store {
     this.keepVersions = config.keepVersions ?? KEEP_VERSIONS_DEFAULT;
     this.maxBlockBytes = config.maxBlockBytes ?? BLOCK_MAX_BYTES_DEFAULT;
     this.pinQuotaBytes = config.pinQuotaBytes ?? Math.floor(dram.capacityBytes * PIN_QUOTA_FRACTION_DEFAULT);
+    const marks = config.dramWatermarks ?? DRAM_WATERMARKS_DEFAULT;
+    this.lowWatermarkBytes = Math.floor(dram.capacityBytes * marks.low);
+    this.highWatermarkBytes = Math.floor(dram.capacityBytes * marks.high);
     // As many recency entries as blocks fit in DRAM (a block takes at least one allocation unit).
     const minFootprintBytes = Math.max(dram.footprintBytes(1), LRU_MIN_BLOCK_BYTES);
     this.eviction = new LruEviction(Math.max(1024, Math.min(LRU_MAX_ENTRIES, Math.ceil(dram.capacityBytes / minFootprintBytes))));
@@ -742,6 +764,7 @@ export class Store {
       hits: { ...this.counters.hits },
       misses: this.counters.misses,
       evictions: this.counters.evictions,
+      evictionsAhead: this.counters.evictionsAhead,
       promotions: this.counters.promotions,
       promotionsRefused: this.mover.refused,
       demotions: this.counters.demotions,
@@ -795,10 +818,41 @@ export class Store {
 
   /** Wait for background work (flusher and mover) to finish; for tests and benchmarks. */
   async idle(): Promise<void> {
-    while (this.flusher || this.mover.pending() > 0) {
+    while (this.flusher || this.mover.pending() > 0 || this.evictingAhead) {
       if (this.flusher) await this.flusher;
       await this.mover.idle();
+      if (this.evictingAhead) await this.evictingAhead;
     }
+  }
+
+  /**
+   * Keep free DRAM at the watermarks: below `low`, evict clean blocks (least recent first) in the
+   * background until `high` is free. Each pass evicts a bounded number of bytes (small blocks free
+   * slots before they free pages) and yields between batches; blocks not yet flushed are left to the
+   * flusher, which calls again when it made blocks clean.
+   */
+  private evictAhead(): void {
+    if (this.evictingAhead || this.closing || this.highWatermarkBytes === 0 || this.dram.freeBytes() >= this.lowWatermarkBytes) return;
+    this.evictingAhead = (async () => {
+      let budget = EVICT_AHEAD_PASS_FACTOR * this.highWatermarkBytes;
+      while (!this.closing && budget > 0 && this.dram.freeBytes() < this.highWatermarkBytes) {
+        const victims = this.eviction.victims(
+          Math.min(this.highWatermarkBytes - this.dram.freeBytes(), EVICT_AHEAD_BATCH_BYTES),
+          (k) => this.dram.footprintBytes(this.dram.sizeOf(k) ?? 0),
+          (k) => this.dram.has(k) && this.evictable(k),
+        );
+        if (victims.length === 0) break;
+        for (const key of victims) {
+          if (!this.dram.has(key) || !this.evictable(key)) continue; // changed while we yielded
+          budget -= this.dram.footprintBytes(this.dram.sizeOf(key) ?? 0);
+          await this.evict(key);
+          this.counters.evictionsAhead++;
+        }
+        await new Promise<void>((r) => setImmediate(r)); // let requests in between batches
+      }
+    })()
+      .catch((e: unknown) => this.warn(`evicting ahead of need: ${String(e)}`))
+      .finally(() => (this.evictingAhead = undefined));
   }
 
   /** Persist everything (a clean close loses nothing) and release the tiers and the metadata engine. */
@@ -809,6 +863,7 @@ export class Store {
     clearInterval(this.heartbeat);
     try {
       await this.mover.idle();
+      await this.evictingAhead;
       await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
       await this.meta.sync();
     } finally {
@@ -873,6 +928,7 @@ export class Store {
       if (await this.makeRoom(data.length)) {
         await this.dram.write(sha, data);
         this.admit(sha);
+        this.evictAhead();
       } else {
         this.counters.demotions++;
       }
@@ -883,6 +939,7 @@ export class Store {
       this.admit(sha);
       this.markDirty(sha, data.length);
       this.kickFlusher();
+      this.evictAhead();
       return;
     }
     // DRAM is full of pinned or not-yet-durable blocks: write through to disk so nothing is lost.
@@ -1007,6 +1064,7 @@ export class Store {
       throw e;
     }
     for (const key of covered) this.unsynced.delete(key);
+    this.evictAhead(); // blocks just made durable can go now
   }
 
   /** Make these blocks durable on disk now, retrying once after a failed fsync (which moves them). */
@@ -1424,6 +1482,12 @@ function validateConfig(c: StoreConfig): void {
     }
   };
   nonNegInt(c.dramCapacityBytes, 'dramCapacityBytes');
+  if (c.dramWatermarks !== undefined) {
+    const { low, high } = c.dramWatermarks;
+    if (!(Number.isFinite(low) && Number.isFinite(high) && low >= 0 && low <= high && high < 1)) {
+      throw new CascadeError('EINVAL', `DRAM watermarks must satisfy 0 <= low <= high < 1, got low ${low}, high ${high}`);
+    }
+  }
   if (c.dramCapacityBytes === undefined && !c.tiers?.dram) throw new CascadeError('EINVAL', 'dramCapacityBytes is required');
   nonNegInt(c.pinQuotaBytes, 'pinQuotaBytes');
   nonNegInt(c.maxBlockBytes, 'maxBlockBytes');

@@ -233,7 +233,8 @@ export class NativeArenaTier implements Tier {
     return {
       name: this.name,
       capacityBytes: this.capacityBytes,
-      usedBytes: a?.usedBytes ?? 0,
+      // The Tier contract: the footprint of live blocks, i.e. their slots (slab pages may have free slots).
+      usedBytes: a?.slotBytes ?? 0,
       blocks: this.blocks.size,
       blockBytes: a?.blockBytes ?? 0,
       slotBytes: a?.slotBytes ?? 0,

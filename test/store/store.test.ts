@@ -61,7 +61,7 @@ describe('Store', function () {
 
   it('small blocks packed: 4 MiB of DRAM holds 1,024 blocks of 4 KiB (not 64 pages), slots within 2x the bytes, all read back', async function () {
     if (!nativeBinding()) this.skip();
-    const store = await open(newDir(), { dramCapacityBytes: 4 * MiB, dram: 'native' });
+    const store = await open(newDir(), { dramCapacityBytes: 4 * MiB, dram: 'native', dramWatermarks: { low: 0, high: 0 } });
     for (let i = 0; i < 1024; i++) await store.put(`m/small-${i}`, seededBytes(5000 + i, 4096));
     await store.idle();
     let s = await store.stats();
@@ -76,6 +76,18 @@ describe('Store', function () {
     for (let i = 0; i < 1024; i++) assert.ok((await store.get(`m/small-${i}`)).equals(seededBytes(5000 + i, 4096)));
     for (let i = 0; i < 200; i++) assert.ok((await store.get(`m/odd-${i}`)).equals(seededBytes(9000 + i, 4097 + i * 97)));
     await store.close();
+  });
+
+  it('watermarks: a full DRAM is kept at its free watermark in the background, so writes find room', async () => {
+    const store = await open(newDir(), { dramCapacityBytes: 32 * MiB, dramWatermarks: { low: 0.2, high: 0.4 } });
+    for (let i = 0; i < 96; i++) await store.put(`m/w-${i}`, seededBytes(7000 + i, MiB));
+    await store.idle();
+    const s = await store.stats();
+    assert.ok(store.dram.freeBytes() >= 0.2 * 32 * MiB, `free ${store.dram.freeBytes()} at least the low watermark`);
+    assert.ok(s.evictionsAhead > 0 && s.evictionsAhead <= s.evictions, `evictions ahead ${s.evictionsAhead} of ${s.evictions}`);
+    for (let i = 0; i < 96; i++) assert.ok((await store.get(`m/w-${i}`)).equals(seededBytes(7000 + i, MiB)), `block ${i}`);
+    await store.close();
+    await rejectsWith(() => open(newDir(), { dramWatermarks: { low: 0.5, high: 0.2 } }), 'EINVAL');
   });
 
   it('dedup: one 4 MiB content under 50 names is stored once per tier', async () => {
