@@ -4,6 +4,7 @@
  * would) creates files in a loop: open, one write, close. Each trial is a fresh `cascade mount` (the
  * native engine) with a given --dram; the working set is 4x what DRAM holds (at least 32,768 files), so
  * the second half of the run writes into a full cache, every new block pushing an older one out.
+ * Files go 1,000 to a directory, so both windows see directories of the same size.
  *
  * For each trial: creates/s while DRAM is empty (the first quarter of what it holds) and while it is
  * full (the last quarter of the working set), their ratio (goal: >= 0.8), and the DRAM slot bytes per
@@ -58,7 +59,9 @@ for i in range(n + 1):
     if i == n: break
     # Unique content per file (no dedup): a counter in the first 8 bytes.
     block = i.to_bytes(8, "little") + data[i % 64][8:]
-    with open(f"{d}/{i // 4096}-{i}", "wb") as f: f.write(block)
+    # 1,000 files per directory, so the empty and the full windows see directories of the same size.
+    if i % 1000 == 0: os.makedirs(f"{d}/{i // 1000}", exist_ok=True)
+    with open(f"{d}/{i // 1000}/{i}", "wb") as f: f.write(block)
 print(json.dumps([(b - a) / (stamps[b] - stamps[a]) for a, b in windows]))
 `;
   const r = spawnSync('python3', ['-c', script, dir, String(count), String(size), JSON.stringify(windows)], { encoding: 'utf8', maxBuffer: 1 << 20 });

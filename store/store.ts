@@ -181,6 +181,8 @@ const DRAM_WATERMARKS_DEFAULT = { low: 0.05, high: 0.1 };
 /** Background eviction: bytes asked for per batch, and per pass (times the high watermark). */
 const EVICT_AHEAD_BATCH_BYTES = 64 * 1024 * 1024;
 const EVICT_AHEAD_PASS_FACTOR = 4;
+/** Loads into DRAM a hold tries when the block is evicted again before it could be held. */
+const HOLD_ATTEMPTS_MAX = 3;
 /** Eviction rounds one write may run before it writes through to disk instead. */
 const MAKE_ROOM_ROUNDS_MAX = 8;
 /** Names whose current version a cluster node remembers for opens while Redis is away. */
@@ -549,11 +551,19 @@ export class Store {
     const releaseLease = this.lease(v);
     try {
       const extents = await this.locks.with(sha, async () => {
-        await this.ensureInDram(sha, v.sizeBytes, true);
-        this.dramHolds.set(sha, (this.dramHolds.get(sha) ?? 0) + 1);
-        const e = dram.extentsOf(sha);
-        assert(e !== undefined && e.sizeBytes === v.sizeBytes, 'held content is in DRAM with its size');
-        return e.extents;
+        for (let attempt = 0; ; attempt++) {
+          await this.ensureInDram(sha, v.sizeBytes, true);
+          // Background eviction may run between ensureInDram's return and here: check, then hold
+          // with nothing awaited in between.
+          const e = dram.extentsOf(sha);
+          if (e === undefined) {
+            if (attempt < HOLD_ATTEMPTS_MAX) continue;
+            throw new CascadeError('EIO', `content ${sha} keeps leaving DRAM before it can be held (DRAM too small for the readers?)`);
+          }
+          assert(e.sizeBytes === v.sizeBytes, 'held content is in DRAM with its size');
+          this.dramHolds.set(sha, (this.dramHolds.get(sha) ?? 0) + 1);
+          return e.extents;
+        }
       });
       let released = false;
       return {
@@ -604,6 +614,8 @@ export class Store {
       await this.ensureInDram(cur.sha256, cur.sizeBytes);
       await this.meta.setPinned(cur.sha256, true);
       this.pinLocally(cur.sha256, cur.sizeBytes);
+      // Evicted while the pin was being recorded (background eviction): load it again, for good now.
+      if (!this.dram.has(cur.sha256)) await this.ensureInDram(cur.sha256, cur.sizeBytes);
     });
     // A pinned prefix keeps a second DRAM copy on another node, so losing one node loses no pin.
     if (this.config.cluster) this.askReplica(cur.sha256).catch((e: unknown) => this.warn(`asking for a replica of pinned ${cur.sha256}: ${String(e)}`));
@@ -649,9 +661,14 @@ export class Store {
           this.warn(`no replica of pinned ${sha} here: ${row.sizeBytes} bytes would exceed this node's pin quota (${this.pinnedBytes} of ${this.pinQuotaBytes})`);
           return;
         }
-        await this.ensureInDram(sha, row.sizeBytes);
-        this.pinLocally(sha, row.sizeBytes);
+        this.pinLocally(sha, row.sizeBytes); // first: a pinned block is never a victim while it loads
         this.replicas.add(sha);
+        try {
+          await this.ensureInDram(sha, row.sizeBytes);
+        } catch (e) {
+          this.unpinLocally(sha);
+          throw e;
+        }
       });
     }
     for (const sha of [...this.replicas]) {
