@@ -161,6 +161,8 @@ export interface FuseNegotiated {
   maxPages: number;
   maxReadaheadBytes: number;
   passthrough: boolean;
+  /** FUSE_DIRECT_IO_ALLOW_MMAP (7.39+): shared mmap works on direct-I/O files. */
+  directIoMmap: boolean;
   arena: boolean;
 }
 

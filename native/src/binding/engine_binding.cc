@@ -343,6 +343,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("maxPages", n.maxPages);
     o.Set("maxReadaheadBytes", n.maxReadaheadBytes);
     o.Set("passthrough", n.passthrough);
+    o.Set("directIoMmap", n.directIoMmap);
     o.Set("arena", session_->mapsArena());
     return o;
   }

@@ -17,6 +17,9 @@ constexpr uint32_t kProtocolMinorMin = 28;
 
 // 7.40: open_out.backing_id (was padding) and init_out.max_stack_depth (was unused[0]).
 constexpr uint64_t kFusePassthrough = 1ULL << 37;
+// 7.39: shared mmap of files opened with FOPEN_DIRECT_IO (pages filled through READ with the mapping
+// file's handle; an open without FOPEN_KEEP_CACHE drops the inode's cached pages).
+constexpr uint64_t kFuseDirectIoAllowMmap = 1ULL << 36;
 constexpr uint32_t kFopenPassthrough = 1U << 7;
 
 struct BackingMap {

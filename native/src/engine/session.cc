@@ -189,6 +189,8 @@ void Session::HandleInit(const uint8_t* message, size_t lengthBytes) {
   uint64_t want = FUSE_ASYNC_READ | FUSE_ATOMIC_O_TRUNC | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT;
   const uint32_t minor = std::min(in.minor, kProtocolMinor);
   if (options_.passthrough && minor >= 40) want |= kFusePassthrough;
+  // Shared read-only mmap (numpy/torch/safetensors) on the default direct-I/O mount.
+  if (minor >= 39) want |= kFuseDirectIoAllowMmap;
   const uint64_t flags = want & offered;
   InitOut out{};
   out.major = 7;
@@ -214,6 +216,7 @@ void Session::HandleInit(const uint8_t* message, size_t lengthBytes) {
     negotiated_.maxPages = out.max_pages;
     negotiated_.maxReadaheadBytes = out.max_readahead;
     negotiated_.passthrough = (flags & kFusePassthrough) != 0;
+    negotiated_.directIoMmap = (flags & kFuseDirectIoAllowMmap) != 0;
   }
   onInit_(st == Status::kOk, st == Status::kOk ? "" : "the INIT reply failed");
 }

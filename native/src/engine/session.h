@@ -52,6 +52,7 @@ struct Negotiated {
   uint32_t maxPages = 0;
   uint32_t maxReadaheadBytes = 0;
   bool passthrough = false;
+  bool directIoMmap = false;  // FUSE_DIRECT_IO_ALLOW_MMAP: shared mmap under direct I/O
 };
 
 struct SessionStats {
