@@ -9,6 +9,7 @@
  * paths. A node keeps its path when a rename replaces the file under it, so an open that raced the
  * rename opens the file now at that path instead of failing with ENOENT.
  */
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { requireNative, type NativeFuseSessionBinding } from '../native';
 import type { FuseNegotiated } from '../native/types';
@@ -157,6 +158,15 @@ function childPath(parent: string, name: string): string {
 }
 
 /** The native engine's mount of one CascadeFsOps. */
+/** Whether /etc/fuse.conf lets users who are not root mount with allow_other. */
+function fuseConfAllowsOther(): boolean {
+  try {
+    return /^\s*user_allow_other\s*$/m.test(fs.readFileSync('/etc/fuse.conf', 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
 export class NativeFuseEngine {
   readonly name = 'native';
   private session: NativeFuseSessionBinding | undefined;
@@ -181,10 +191,16 @@ export class NativeFuseEngine {
     private readonly log: (msg: string) => void,
   ) {}
 
-  /** Why the native engine cannot run here, or undefined when it can (root, the addon, /dev/fuse). */
+  /**
+   * Why the native engine cannot run here, or undefined when it can: /dev/fuse, the addon, and root
+   * (mount(2) itself) or, for other users, the setuid `fusermount` (it mounts and passes the /dev/fuse
+   * descriptor back, as libfuse does).
+   */
   static unavailable(): string | undefined {
-    if (process.getuid?.() !== 0) return 'it mounts /dev/fuse with mount(2), which needs root';
     if (!fs.existsSync('/dev/fuse')) return '/dev/fuse is missing';
+    if (process.getuid?.() !== 0 && spawnSync('which', ['fusermount'], { stdio: 'ignore' }).status !== 0) {
+      return 'a user who is not root mounts through fusermount, which is not installed (Debian: apt-get install fuse)';
+    }
     try {
       requireNative('the native FUSE engine');
     } catch (e) {
@@ -216,9 +232,11 @@ export class NativeFuseEngine {
           gid: process.getgid?.() ?? 0,
           threads: options.threads,
           maxPages: options.maxPages,
-          allowOther: true,
+          // Other users may enter as st_mode allows; for a user who is not root, fusermount allows
+          // that only with user_allow_other in /etc/fuse.conf.
+          allowOther: process.getuid?.() === 0 || fuseConfAllowsOther(),
           arenaFd: options.arenaFd,
-          passthrough: options.passthrough === true,
+          passthrough: options.passthrough === true && process.getuid?.() === 0, // needs CAP_SYS_ADMIN
         },
         (request) => engine.dispatch(request),
         (ok, why) => initDone(ok, why),

@@ -4,9 +4,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +25,62 @@ namespace {
 constexpr size_t kPageBytes = 4096;
 
 std::string Errno(const char* what) { return std::string(what) + ": " + strerror(errno); }
+
+extern "C" char** environ;
+
+// For a user who is not root: the setuid `fusermount` mounts and hands back the /dev/fuse descriptor
+// over a socket (_FUSE_COMMFD, SCM_RIGHTS), as libfuse does.
+Status FusermountFd(const SessionOptions& options, int* fd, std::string* error) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+    *error = Errno("socketpair");
+    return Status::kIo;
+  }
+  fcntl(sv[0], F_SETFD, FD_CLOEXEC);  // ours; sv[1] is inherited by fusermount
+  std::string opts = "rw,nosuid,nodev,fsname=" + options.fsname + ",subtype=" + options.subtype + ",default_permissions";
+  if (options.allowOther) opts += ",allow_other";
+  const std::string commfd = "_FUSE_COMMFD=" + std::to_string(sv[1]);
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; e++) {
+    if (strncmp(*e, "_FUSE_COMMFD=", 13) != 0) env.push_back(*e);
+  }
+  env.push_back(const_cast<char*>(commfd.c_str()));
+  env.push_back(nullptr);
+  const char* argv[] = {"fusermount", "-o", opts.c_str(), "--", options.mountpoint.c_str(), nullptr};
+  pid_t pid;
+  const int rc = posix_spawnp(&pid, "fusermount", nullptr, nullptr, const_cast<char* const*>(argv), env.data());
+  close(sv[1]);
+  if (rc != 0) {
+    close(sv[0]);
+    errno = rc;
+    *error = Errno("cannot run fusermount (Debian: apt-get install fuse)");
+    return Status::kIo;
+  }
+  char byte;
+  struct iovec iov = {&byte, 1};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  struct msghdr msg {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = recvmsg(sv[0], &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  close(sv[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  struct cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : nullptr;
+  if (c == nullptr || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int))) {
+    *error = "fusermount did not mount " + options.mountpoint + " (exit status " +
+             std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + "; its message is on stderr)";
+    return Status::kIo;
+  }
+  memcpy(fd, CMSG_DATA(c), sizeof(int));
+  return Status::kOk;
+}
 
 }  // namespace
 
@@ -52,15 +111,28 @@ Status Session::Mount(const SessionOptions& options, Forward forward, OnInit onI
     }
     s->arena_.reset(m);
   }
-  s->fd_ = open("/dev/fuse", O_RDWR | O_CLOEXEC);
-  if (s->fd_ < 0) {
-    *error = Errno("open /dev/fuse");
-    return Status::kIo;
-  }
   s->stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (s->stopFd_ < 0) {
     *error = Errno("eventfd");
     return Status::kIo;
+  }
+  if (geteuid() != 0) {
+    // Not root: fusermount mounts; the session unmounts with fusermount -u too (the JS side does).
+    Status st = FusermountFd(options, &s->fd_, error);
+    if (st != Status::kOk) return st;
+    s->mounted_ = false;  // umount2 would fail (EPERM): the engine calls fusermount -u
+  } else {
+    s->fd_ = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    if (s->fd_ < 0) {
+      *error = Errno("open /dev/fuse");
+      return Status::kIo;
+    }
+  }
+  if (geteuid() != 0) {
+    s->bufferBytes_ = std::max<size_t>(FUSE_MIN_READ_BUFFER, options.maxPages * kPageBytes + kPageBytes);
+    for (unsigned i = 0; i < options.threads; i++) s->workers_.emplace_back([p = s.get()] { p->Worker(); });
+    *out = std::move(s);
+    return Status::kOk;
   }
   // What fusermount would pass; default_permissions: the kernel checks access from st_mode/uid/gid.
   std::string data = "fd=" + std::to_string(s->fd_) + ",rootmode=40000,user_id=" + std::to_string(options.uid) +
