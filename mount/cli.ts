@@ -37,7 +37,8 @@ import { formatBytes, parseSize } from './size';
 interface CommonArgs {
   /** Undefined when not given: then stat, versions, pin, unpin and stats work on a mount. */
   data?: string;
-  dram: string;
+  /** Undefined when not given: DIRECT_DRAM_BYTES. */
+  dram?: string;
   json: boolean;
 }
 
@@ -53,7 +54,10 @@ function withStoreOptions<T>(y: Argv<T>) {
   return y
     // No yargs default: whether --data was given picks the mode of stat, versions, pin, unpin, stats.
     .option('data', { type: 'string', describe: `data directory (disk tier and metadata) for direct access without a mount (default for put, get, demo, mount: ${defaultDataDir()})` })
-    .option('dram', { type: 'string', default: formatSizeArg(defaultDramBytes()), describe: 'DRAM tier size, e.g. 512M, 8G' })
+    .option('dram', {
+      type: 'string',
+      describe: `DRAM tier size for direct access, e.g. 512M (default ${formatSizeArg(DIRECT_DRAM_BYTES)}, filled on demand: these commands start in well under a second)`,
+    })
     .option('json', { type: 'boolean', default: false, describe: 'print machine-readable JSON' });
 }
 
@@ -61,8 +65,21 @@ function formatSizeArg(bytes: number): string {
   return `${Math.floor(bytes / MiB)}M`;
 }
 
+/**
+ * DRAM of a command that opens a data directory directly (put, get, stat, ...): small and not
+ * pre-faulted, with pinned blocks left on disk, so the command starts at once with a small footprint
+ * (a mount sizes its DRAM for serving; these run one operation and exit).
+ */
+const DIRECT_DRAM_BYTES = 256 * MiB;
+
 async function withStore<R>(args: CommonArgs, fn: (store: Store) => Promise<R>, extra: Partial<StoreConfig> = {}): Promise<R> {
-  const store = await Store.open({ dataDir: args.data ?? defaultDataDir(), dramCapacityBytes: parseSize(args.dram), ...extra });
+  const store = await Store.open({
+    dataDir: args.data ?? defaultDataDir(),
+    dramCapacityBytes: args.dram === undefined ? DIRECT_DRAM_BYTES : parseSize(args.dram),
+    prefault: false,
+    loadPins: false,
+    ...extra,
+  });
   try {
     return await fn(store);
   } finally {
@@ -265,7 +282,7 @@ async function mount(args: MountArgs): Promise<void> {
   await runMount({
     mountpoint: args.mountpoint,
     dataDir: path.resolve(args.data ?? defaultDataDir()),
-    dramBytes: parseSize(args.dram),
+    dramBytes: args.dram === undefined ? defaultDramBytes() : parseSize(args.dram),
     pinQuotaBytes: args.pinQuota === undefined ? undefined : parseSize(args.pinQuota),
     dramWatermarks: args.dramWatermarks === undefined ? undefined : parseWatermarks(args.dramWatermarks),
     diskBytes: args.disk === undefined ? undefined : parseSize(args.disk),
@@ -448,6 +465,7 @@ export function buildCli(argv: string[]) {
       (y) =>
         y
           .positional('mountpoint', { type: 'string', demandOption: true, describe: 'an empty directory (created if missing; a stale mount there is cleared)' })
+          .option('dram', { type: 'string', describe: `DRAM tier size, e.g. 512M, 8G (default ${formatSizeArg(defaultDramBytes())}: a quarter of memory, at most 8 GiB)` })
           .option('disk', { type: 'string', describe: 'bound on the disk tier, e.g. 500G: past it writes fail with ENOSPC at close (default: the filesystem of --data)' })
           .option('pin-quota', { type: 'string', describe: 'sum of pinned (prefix) block sizes allowed, e.g. 2G (default: half of --dram)' })
           .option('keep-versions', { type: 'number', describe: 'versions kept per file name (default: the store default)' })

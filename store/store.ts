@@ -73,6 +73,11 @@ export interface StoreConfig {
   dramPageBytes?: number;
   /** Pre-fault the shared-memory arena at open (default true). */
   prefault?: boolean;
+  /**
+   * Load pinned blocks into DRAM at open (default true). Short-lived tools that open a data directory
+   * for one operation pass false: pins stay recorded, and a later mount loads them.
+   */
+  loadPins?: boolean;
   /** Back the DRAM arena with huge pages: 'auto' (default) tries and falls back to shmDir. */
   dramHugePages?: boolean | 'auto';
   /** 'sqlite' (default, durable) or 'memory' (tests). */
@@ -1398,7 +1403,7 @@ export class Store {
     if (this.counters.lostVersions > 0) {
       this.warn(`recovery: ${this.counters.lostVersions} version(s) whose content never reached disk were dropped`);
     }
-    for (const [sha, size] of this.pinned) await this.ensureInDram(sha, size);
+    if (this.config.loadPins !== false) for (const [sha, size] of this.pinned) await this.ensureInDram(sha, size);
   }
 
   /**
