@@ -1123,13 +1123,19 @@ export class Store {
     if (!local && this.remote) {
       // A peer may hold it in DRAM: fetch it into DRAM here (single flight per block), read from there.
       const n = await this.locks.with(sha, async () => {
-        if (this.dram.has(sha)) this.counters.hits.dram++;
-        else if (!(await this.fetchRemote(sha, sizeBytes, true))) return undefined;
+        if (this.dram.has(sha)) {
+          this.counters.hits.dram++;
+        } else if (!(await this.fetchRemote(sha, sizeBytes, true))) {
+          // No peer holds it in memory: load it from the shared tier into DRAM here, at once (not
+          // through the mover), so this read's next request and the other nodes find it in memory.
+          await this.ensureInDram(sha, sizeBytes, false, false);
+          this.counters.hits.shared++;
+        }
         const got = await this.dram.read(sha, offsetBytes, target);
         // Reads without a hold come one request at a time: the copy stays while they keep coming.
         if (this.borrowed.has(sha)) this.dropBorrowedLater(sha);
         return got;
-      }).catch((e: unknown) => (isCascadeError(e, 'ENOENT') ? undefined : Promise.reject(e)));
+      }).catch((e: unknown) => (isCascadeError(e, 'ENOENT') || isCascadeError(e, 'ENOSPC') ? undefined : Promise.reject(e)));
       if (n !== undefined) return n;
     }
     if (!local && !this.config.cluster) {
@@ -1270,12 +1276,12 @@ export class Store {
    * shared tier. `reading`: for a reader (a remote copy is counted and may stay borrowed); else for a
    * pin or a warmup, which keep the copy.
    */
-  private async ensureInDram(sha: string, sizeBytes: number, reading = false): Promise<void> {
+  private async ensureInDram(sha: string, sizeBytes: number, reading = false, tryRemote = true): Promise<void> {
     if (this.dram.has(sha)) {
       if (!reading && this.borrowed.delete(sha)) this.remote?.advertise(sha, true); // kept from now on
       return;
     }
-    if (await this.fetchRemote(sha, sizeBytes, reading)) return;
+    if (tryRemote && (await this.fetchRemote(sha, sizeBytes, reading))) return;
     const data = await this.loadFromDisk(sha, sizeBytes);
     if (!(await this.makeRoom(sizeBytes))) {
       // Room may be held by blocks waiting for the flusher: let it finish, then try once more.
