@@ -3,10 +3,15 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { GiB } from '../store/constants';
 
-/** $SCRATCH (the HPC convention for fast per-user storage) when set, else the home directory. */
-export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
+/**
+ * $SCRATCH (the HPC convention for fast per-user storage) when set, else the home directory; one
+ * directory per host, since $SCRATCH is the same path on every node of a job and a data directory
+ * belongs to one process: `<base>/.cascade/<host>/data`.
+ */
+export function defaultDataDir(env: NodeJS.ProcessEnv = process.env, host = os.hostname()): string {
   const base = env.SCRATCH && env.SCRATCH.length > 0 ? env.SCRATCH : os.homedir();
-  return path.join(base, '.cascade', 'data');
+  const name = host.split('.')[0].replace(/[^A-Za-z0-9_.-]/g, '_') || 'localhost';
+  return path.join(base, '.cascade', name, 'data');
 }
 
 /** A quarter of physical memory, at most 8 GiB: room for KV blocks without starving the engine. */

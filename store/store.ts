@@ -339,9 +339,7 @@ export class Store {
     const opened: { close(): Promise<void> }[] = [];
     let store: Store | undefined;
     try {
-      const meta =
-        config.metaEngine ??
-        (config.meta === 'memory' ? new MemoryMeta() : await SqliteMeta.open(path.join(config.dataDir, 'meta.sqlite')));
+      const meta = config.metaEngine ?? (config.meta === 'memory' ? new MemoryMeta() : openSqliteOwned(config.dataDir));
       opened.push(meta);
       const token = `${os.hostname()}:${process.pid}:${crypto.randomBytes(6).toString('hex')}`;
       // Two daemons with one node name would append to one set of segments: the second is refused,
@@ -1487,6 +1485,38 @@ export class Store {
   private warn(message: string): void {
     (this.config.log ?? ((m: string) => process.stderr.write(`cascade: ${m}\n`)))(message);
   }
+}
+
+/**
+ * The data directory's SQLite metadata, held by this process alone (SQLite's exclusive lock). The holder
+ * writes `owner.json` (host, pid, start), so a second process is told who holds the directory.
+ */
+function openSqliteOwned(dataDir: string): SqliteMeta {
+  const ownerFile = path.join(dataDir, 'owner.json');
+  let meta: SqliteMeta;
+  try {
+    meta = SqliteMeta.open(path.join(dataDir, 'meta.sqlite'));
+  } catch (e) {
+    if (!isCascadeError(e, 'EBUSY')) throw e;
+    let holder = 'another process';
+    try {
+      const o = JSON.parse(fs.readFileSync(ownerFile, 'utf8')) as { host?: string; pid?: number; sinceMs?: number };
+      holder = `pid ${o.pid} on host ${o.host}${o.sinceMs ? ` (since ${new Date(o.sinceMs).toISOString()})` : ''}`;
+    } catch {
+      // no owner file (an older version held it): the generic words stay
+    }
+    throw new CascadeError(
+      'EBUSY',
+      `data directory ${dataDir} is in use by ${holder}: one process per data directory (another node of a job needs its own --data; the default includes the host name)`,
+      { cause: e },
+    );
+  }
+  try {
+    fs.writeFileSync(ownerFile, JSON.stringify({ host: os.hostname(), pid: process.pid, sinceMs: Date.now() }) + '\n');
+  } catch {
+    // informational only
+  }
+  return meta;
 }
 
 /** The lease token of `node` when it belongs to a process of this host that is gone, else undefined. */

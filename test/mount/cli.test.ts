@@ -8,6 +8,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { defaultDataDir } from '../../mount/defaults';
+import { Store } from '../../store/store';
 import { formatBytes, parseSize } from '../../mount/size';
 import { rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
 import type { PathStat } from '../../mount/client';
@@ -30,9 +31,23 @@ describe('mount/size', () => {
     assert.equal(formatBytes(3 * 2 ** 20), '3.0 MiB');
   });
 
-  it('puts the default data directory under $SCRATCH when set', () => {
-    assert.equal(defaultDataDir({ SCRATCH: '/lus/me' }), '/lus/me/.cascade/data');
-    assert.ok(defaultDataDir({}).endsWith('/.cascade/data'));
+  it('puts the default data directory under $SCRATCH when set, one per host (the same $SCRATCH on every node)', () => {
+    assert.equal(defaultDataDir({ SCRATCH: '/lus/me' }, 'nid001234.cluster'), '/lus/me/.cascade/nid001234/data');
+    assert.notEqual(defaultDataDir({ SCRATCH: '/lus/me' }, 'nid001'), defaultDataDir({ SCRATCH: '/lus/me' }, 'nid002'));
+    assert.ok(defaultDataDir({}).endsWith(`/.cascade/${os.hostname().split('.')[0]}/data`));
+  });
+
+  it('a data directory in use is refused with the host and pid that hold it', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-busy-'));
+    const held = await Store.open({ dataDir: dir, dramCapacityBytes: 8 * 2 ** 20, prefault: false });
+    try {
+      const r = spawnSync(process.execPath, [CLI, 'stat', 'm/x', '--data', dir], { encoding: 'utf8' });
+      assert.equal(r.status, 1);
+      assert.match(r.stderr, new RegExp(`EBUSY: data directory ${dir} is in use by pid ${process.pid} on host ${os.hostname()}`));
+    } finally {
+      await held.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
