@@ -10,7 +10,7 @@ import type { RemoteDramOptions } from '../store/remote';
 import { CascadeError } from '../store/errors';
 import type { EngineChoice } from './defaults';
 import { LocalServer } from './local-server';
-import { clearStaleMount, resolveMountpoint } from './mounts';
+import { checkMountpoint, clearStaleMount, resolveMountpoint } from './mounts';
 import { formatBytes } from './size';
 
 export interface MountOptions {
@@ -78,6 +78,8 @@ export async function runMount(opts: MountOptions): Promise<void> {
   try {
     await clearStaleMount(mnt, (m) => log(`cascade: ${m}`));
     await fs.promises.mkdir(mnt, { recursive: true });
+    // Everything that can fail cheaply fails before the store fills its DRAM (seconds, gigabytes).
+    await preflight(mnt, opts);
     const clusterConfig = opts.cluster ? await openCluster(opts.cluster) : undefined;
     const store = await Store.open({
       dataDir: opts.dataDir,
@@ -177,6 +179,28 @@ interface MountedEngine {
  * Mounts with the chosen engine. `auto` takes the native engine where it can run and falls back to
  * fuse-native (saying why) where it cannot or where its mount fails; `native` fails instead.
  */
+/** The checks a mount can fail before it opens the store: the mountpoint, and that some engine can run. */
+async function preflight(mnt: string, opts: MountOptions): Promise<void> {
+  if (opts.createFs) return; // tests that inject a filesystem check their own setup
+  await checkMountpoint(mnt);
+  if (!fs.existsSync('/dev/fuse')) {
+    throw new CascadeError('ENOENT', '/dev/fuse is missing: load the fuse kernel module (modprobe fuse) or run where FUSE is available');
+  }
+  const root = process.getuid?.() === 0;
+  if (!root) {
+    try {
+      fs.accessSync('/dev/fuse', fs.constants.R_OK | fs.constants.W_OK);
+    } catch {
+      throw new CascadeError('EACCES', '/dev/fuse is not open to this user (ask the administrator for mode 0666, as Debian sets it, or mount as root)');
+    }
+  }
+  if (opts.engine === 'native') {
+    const { NativeFuseEngine } = await import('./native-engine');
+    const why = NativeFuseEngine.unavailable();
+    if (why !== undefined) throw new CascadeError('EOPNOTSUPP', `--engine native cannot run: ${why}`);
+  }
+}
+
 async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts: MountOptions): Promise<{ engine: MountedEngine; description: string }> {
   const log = (m: string) => opts.log(`cascade: ${m}`);
   const choice = opts.engine ?? 'auto';

@@ -37,6 +37,21 @@ describe('mount/size', () => {
     assert.ok(defaultDataDir({}).endsWith(`/.cascade/${os.hostname().split('.')[0]}/data`));
   });
 
+  it('mount fails at once, before it fills DRAM, on a mountpoint that is not empty', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-pre-'));
+    try {
+      fs.mkdirSync(path.join(dir, 'mnt', 'x'), { recursive: true });
+      const t0 = Date.now();
+      const r = spawnSync(process.execPath, [CLI, 'mount', path.join(dir, 'mnt'), '--data', path.join(dir, 'data'), '--dram', '2G'], { encoding: 'utf8' });
+      assert.equal(r.status, 1);
+      assert.match(r.stderr, /ENOTEMPTY: mountpoint .* is not empty/);
+      assert.ok(Date.now() - t0 < 5_000, `failed after ${Date.now() - t0} ms`);
+      assert.equal(fs.existsSync(path.join(dir, 'data', 'meta.sqlite')), false, 'the store was never opened');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('a data directory in use is refused with the host and pid that hold it', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-busy-'));
     const held = await Store.open({ dataDir: dir, dramCapacityBytes: 8 * 2 ** 20, prefault: false });
