@@ -108,10 +108,11 @@ export interface NativeFabricBinding {
   provider(): string;
   /**
    * Fill the local arena block `handle` (sizeBytes long) with the block named `sha256` from the peer's
-   * arena (hold, fi_read, release). Rejects ESTALE when the peer does not hold it, EBUSY when too many
-   * fetches wait, EIO on timeouts and transport errors. The caller checks the bytes (sha256Async).
+   * arena (hold, fi_read, release). Resolves with the SHA-256 (hex) of the bytes that landed, hashed
+   * piece by piece while they arrived: the caller compares it with the name. Rejects ESTALE when the
+   * peer does not hold it, EBUSY when too many fetches wait, EIO on timeouts and transport errors.
    */
-  fetch(peer: string, sha256: string, sizeBytes: number, handle: number, timeoutMs: number): Promise<void>;
+  fetch(peer: string, sha256: string, sizeBytes: number, handle: number, timeoutMs: number): Promise<string>;
   stats(): NativeFabricStats;
   /** Stop the progress thread and deregister (pending fetches reject EBADF). Idempotent. */
   close(): void;

@@ -143,8 +143,9 @@ export class NativeArenaTier implements Tier {
   /**
    * Store a block whose bytes `fill` puts straight into its arena slot (a remote read lands there), then
    * check them against `key` before the block becomes visible: ECORRUPT (nothing kept) on a mismatch.
+   * `fill` may return the bytes' SHA-256 when it hashed them on the way in; else they are hashed here.
    */
-  async adopt(key: string, sizeBytes: number, fill: (handle: number) => Promise<void>): Promise<void> {
+  async adopt(key: string, sizeBytes: number, fill: (handle: number) => Promise<string | void>): Promise<void> {
     this.checkOpen();
     validateSha256(key);
     for (let w = this.writing.get(key); w !== undefined; w = this.writing.get(key)) await w.catch(() => undefined);
@@ -159,8 +160,8 @@ export class NativeArenaTier implements Tier {
     }
     const done = (async () => {
       try {
-        await fill(handle);
-        const got = await arena.sha256Async(handle);
+        const hashed = await fill(handle);
+        const got = typeof hashed === 'string' ? hashed : await arena.sha256Async(handle);
         if (got !== key) throw new CascadeError('ECORRUPT', `dram tier: fetched bytes hash to ${got}, not ${key}`);
       } catch (e) {
         arena.free(handle); // pages a late remote read could still reach stay reserved until it ends (arena Keep)

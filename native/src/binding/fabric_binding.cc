@@ -120,7 +120,8 @@ class FabricWrap : public Napi::ObjectWrap<FabricWrap> {
     return f ? Napi::String::New(info.Env(), f->providerName()) : info.Env().Undefined();
   }
 
-  // fetch(peerAddressHex, sha256Hex, sizeBytes, localHandle, timeoutMs): Promise<void>. Rejects with
+  // fetch(peerAddressHex, sha256Hex, sizeBytes, localHandle, timeoutMs): Promise<string>, the SHA-256
+  // (hex) of the bytes that landed, hashed while they arrived. Rejects with
   // ESTALE when the peer no longer holds the block, EBUSY when too many fetches wait, EIO otherwise.
   Napi::Value Fetch(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -151,7 +152,7 @@ class FabricWrap : public Napi::ObjectWrap<FabricWrap> {
       settle->status = s;
       settle->message = message;
       napi_status queued = shared->tsfn.NonBlockingCall(settle, [shared](Napi::Env env, Napi::Function, Settle* st) {
-        if (st->status == Status::kOk) st->deferred.Resolve(env.Undefined());
+        if (st->status == Status::kOk) st->deferred.Resolve(Napi::String::New(env, st->message));  // the SHA-256
         else st->deferred.Reject(StatusError(env, st->status, st->message).Value());
         delete st;
         if (--shared->inFlight == 0 && !shared->released) shared->tsfn.Unref(env);

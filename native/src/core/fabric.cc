@@ -1,5 +1,7 @@
 #include "fabric.h"
 
+#include "sha256.h"
+
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -27,6 +30,14 @@ namespace cascade {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Invariants only a bug in this file can break: crash loudly, never serve wrong bytes.
+void Check(bool ok, const char* what) {
+  if (!ok) {
+    fprintf(stderr, "cascade fabric: broken invariant: %s\n", what);
+    abort();
+  }
+}
 
 // Wire format: a fixed header, then a body per type; both ends are the same build (x86-64, little
 // endian), fields are copied with memcpy (no alignment assumptions). Every received length is checked.
@@ -109,6 +120,27 @@ struct FetchState {
   uint32_t outstanding = 0;
   bool failed = false;
   std::string message;
+  // The SHA-256 of the local block, computed on the hasher thread piece by piece as the pieces land
+  // in block order, so checking the bytes overlaps the transfer instead of following it.
+  Sha256 hasher;
+  std::vector<bool> pieceDone;
+  size_t hashQueued = 0;        // pieces handed to the hasher, in order
+  uint32_t hashOutstanding = 0; // of those, not yet hashed
+  std::string digest;           // hex, once the last piece is hashed
+};
+
+struct HashJob {
+  uint64_t fetchId;
+  Sha256* hasher;
+  const uint8_t* data;
+  uint64_t lengthBytes;
+  bool last;
+};
+
+struct HashResult {
+  uint64_t fetchId;
+  bool ok;
+  std::string digest;  // for the last piece
 };
 
 struct PeerState {
@@ -231,6 +263,15 @@ struct Fabric::Impl {
   FabricStats stats;
   std::atomic<bool> stop{false};
   std::thread thread;
+  // The hasher thread: jobs in, results out (to the progress thread, which is woken to take them).
+  std::mutex hashMutex;
+  std::condition_variable hashCv;
+  std::deque<HashJob> hashJobs;
+  std::deque<HashResult> hashResults;
+  std::thread hashThread;
+  void HashLoop();
+  void TakeHashResults();
+  void QueueHashes(FetchState& f);
 
   uint8_t* recvBuffer(uint32_t i) { return msgRegion.data() + size_t{i} * kMsgBytes; }
   uint8_t* sendBuffer(uint32_t i) { return msgRegion.data() + size_t{kRecvBuffers + i} * kMsgBytes; }
@@ -629,8 +670,67 @@ void Fabric::Impl::OnHeld(const Header& h, const uint8_t* body, size_t length) {
     if (lUsed == local[li].lengthBytes) li++, lUsed = 0;
   }
   f.phase = FetchState::kReading;
+  f.pieceDone.assign(f.pieces.size(), false);
+  if (f.pieces.empty()) {
+    Sha256Hex(nullptr, 0, &f.digest);  // an empty block
+  }
   PostReads(f);
   MaybeFinish(f.id);
+}
+
+// Hand the pieces that landed, in block order, to the hasher (nothing for a failed fetch).
+void Fabric::Impl::QueueHashes(FetchState& f) {
+  if (f.failed) return;
+  std::lock_guard<std::mutex> lock(hashMutex);
+  bool queued = false;
+  while (f.hashQueued < f.pieces.size() && f.pieceDone[f.hashQueued]) {
+    const Piece& p = f.pieces[f.hashQueued];
+    f.hashQueued++;
+    hashJobs.push_back({f.id, &f.hasher, arena->base() + p.localOffsetBytes, p.lengthBytes, f.hashQueued == f.pieces.size()});
+    f.hashOutstanding++;
+    queued = true;
+  }
+  if (queued) hashCv.notify_one();
+}
+
+void Fabric::Impl::HashLoop() {
+  for (;;) {
+    HashJob job;
+    {
+      std::unique_lock<std::mutex> lock(hashMutex);
+      hashCv.wait(lock, [&] { return stop || !hashJobs.empty(); });
+      if (hashJobs.empty()) return;  // stopping, nothing left
+      job = hashJobs.front();
+      hashJobs.pop_front();
+    }
+    // The FetchState (and its hasher) stays until its hashOutstanding is 0; the local block's pages
+    // are kept (Arena::Keep) until the fetch finishes.
+    HashResult r{job.fetchId, job.hasher->Update(job.data, job.lengthBytes) == Status::kOk, ""};
+    if (r.ok && job.last) r.ok = job.hasher->HexDigest(&r.digest) == Status::kOk;
+    {
+      std::lock_guard<std::mutex> lock(hashMutex);
+      hashResults.push_back(std::move(r));
+    }
+    if (cq) fi_cq_signal(cq);
+  }
+}
+
+void Fabric::Impl::TakeHashResults() {
+  std::deque<HashResult> taken;
+  {
+    std::lock_guard<std::mutex> lock(hashMutex);
+    taken.swap(hashResults);
+  }
+  for (HashResult& r : taken) {
+    auto it = fetches.find(r.fetchId);
+    Check(it != fetches.end(), "a fetch outlives its hash jobs");
+    FetchState& f = *it->second;
+    Check(f.hashOutstanding > 0, "hash results match jobs");
+    f.hashOutstanding--;
+    if (!r.ok) Fail(f, "hashing failed");
+    if (!r.digest.empty()) f.digest = std::move(r.digest);
+    MaybeFinish(f.id);
+  }
 }
 
 void Fabric::Impl::OnRelease(const uint8_t* body, size_t length) {
@@ -651,6 +751,7 @@ void Fabric::Impl::PostReads(FetchState& f) {
     op->kind = OpKind::kRead;
     op->fetchId = f.id;
     op->bytes = p.lengthBytes;
+    op->index = static_cast<uint32_t>(f.nextPiece);
     ssize_t rc = fi_read(ep, arena->base() + p.localOffsetBytes, p.lengthBytes, arenaDesc, f.peer, p.remoteAddress, f.key, &op->ctx);
     if (rc == -FI_EAGAIN) return;  // retried by the progress loop
     if (rc != 0) {
@@ -673,9 +774,9 @@ void Fabric::Impl::MaybeFinish(uint64_t fetchId) {
   auto it = fetches.find(fetchId);
   if (it == fetches.end()) return;
   FetchState& f = *it->second;
-  if (f.outstanding > 0) return;
-  const bool readAll = f.phase == FetchState::kReading && f.nextPiece == f.pieces.size();
-  if (!f.failed && !readAll) return;
+  if (f.outstanding > 0 || f.hashOutstanding > 0) return;
+  const bool complete = f.phase == FetchState::kReading && f.nextPiece == f.pieces.size() && !f.digest.empty();
+  if (!f.failed && !complete) return;
   Finish(f);
 }
 
@@ -714,7 +815,7 @@ void Fabric::Impl::Finish(FetchState& f) {
   }
   if (!f.doneCalled) {
     f.doneCalled = true;
-    f.done(ok ? Status::kOk : (f.message == "absent" ? Status::kStale : Status::kIo), ok ? "" : "fabric fetch: " + f.message);
+    f.done(ok ? Status::kOk : (f.message == "absent" ? Status::kStale : Status::kIo), ok ? f.digest : "fabric fetch: " + f.message);
   }
   const uint64_t id = f.id;
   fetches.erase(id);  // f is gone from here on
@@ -765,6 +866,8 @@ void Fabric::Impl::Complete(void* context, bool ok, size_t length) {
       FetchState& f = *it->second;
       f.outstanding--;
       if (!ok) Fail(f, "a remote read failed (peer gone?)");
+      if (ok && op->index < f.pieceDone.size()) f.pieceDone[op->index] = true;
+      QueueHashes(f);
       PostReads(f);
       MaybeFinish(f.id);
       return;
@@ -797,6 +900,7 @@ void Fabric::Impl::Run() {
   auto lastCheck = Clock::now();
   while (!stop) {
     TakeCommands();
+    TakeHashResults();
     bool busy = Progress();
     FlushSends();
     for (auto& [id, f] : fetches) {
@@ -844,6 +948,7 @@ Status Fabric::Open(const FabricConfig& config, std::shared_ptr<Arena> arena, Fa
     return s;
   }
   Impl* raw = impl.get();
+  impl->hashThread = std::thread([raw] { raw->HashLoop(); });
   impl->thread = std::thread([raw] { raw->Run(); });
   *out = new Fabric(impl.release());
   return Status::kOk;
@@ -853,6 +958,11 @@ Fabric::~Fabric() {
   impl_->stop = true;
   if (impl_->cq) fi_cq_signal(impl_->cq);
   if (impl_->thread.joinable()) impl_->thread.join();
+  {
+    std::lock_guard<std::mutex> lock(impl_->hashMutex);
+    impl_->hashCv.notify_all();
+  }
+  if (impl_->hashThread.joinable()) impl_->hashThread.join();  // it drains its queue first
   impl_->Teardown();
 }
 

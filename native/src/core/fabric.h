@@ -32,7 +32,7 @@ struct FabricConfig {
   uint32_t queuedFetchesMax = 256;        // fetches waiting or running, all peers; past it: kBusy
   uint32_t holdsMax = 1024;               // holds this node grants at once; past it peers get BUSY
   uint64_t holdTimeoutMs = 30000;         // a hold a peer never released ends after this
-  uint64_t pieceBytes = 4 << 20;          // largest single fi_read
+  uint64_t pieceBytes = 512 << 10;        // largest single fi_read: small enough that hashing overlaps the transfer
   uint32_t readsPerFetchMax = 16;         // fi_reads outstanding per fetch
 };
 
@@ -53,7 +53,8 @@ struct FabricStats {
 
 class Fabric {
  public:
-  // done(status, message) is called exactly once, on the progress thread.
+  // done(status, text) is called exactly once, on the progress thread: on success text is the SHA-256
+  // (hex) of the bytes that landed (hashed while they arrived), else the reason.
   using Done = std::function<void(Status, const std::string&)>;
 
   static Status Open(const FabricConfig& config, std::shared_ptr<Arena> arena, Fabric** out, std::string* error);
