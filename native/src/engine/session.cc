@@ -128,6 +128,14 @@ Status Session::Mount(const SessionOptions& options, Forward forward, OnInit onI
       return Status::kIo;
     }
   }
+  // Non-blocking: several workers wake for one request, and the ones that lose the race must go back
+  // to poll (EAGAIN), where the stop eventfd reaches them. A blocking read would hold a worker until
+  // the next request, so stopping (which joins the workers) could wait forever with the kernel holding
+  // a request nobody answers (issue 14: the shutdown that hung).
+  if (fcntl(s->fd_, F_SETFL, fcntl(s->fd_, F_GETFL) | O_NONBLOCK) != 0) {
+    *error = Errno("fcntl O_NONBLOCK on /dev/fuse");
+    return Status::kIo;
+  }
   if (geteuid() != 0) {
     s->bufferBytes_ = std::max<size_t>(FUSE_MIN_READ_BUFFER, options.maxPages * kPageBytes + kPageBytes);
     for (unsigned i = 0; i < options.threads; i++) s->workers_.emplace_back([p = s.get()] { p->Worker(); });
