@@ -2,6 +2,7 @@
 // cheaper than a hop to a worker; readAsync/writeAsync move large copies off the JS thread.
 #include "init.h"
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -315,14 +316,22 @@ std::shared_ptr<Arena> ArenaOf(Napi::Value value) {
   return ArenaWrap::Unwrap(value.As<Napi::Object>())->Shared();
 }
 
-bool ParseHexName(const std::string& hex, uint8_t* out) {
-  if (hex.size() != 2 * kContentNameBytes) return false;
+bool HexToBytes(const std::string& hex, std::string* raw) {
+  if (hex.size() % 2 != 0) return false;
   auto digit = [](char c) -> int { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-  for (size_t i = 0; i < kContentNameBytes; i++) {
-    const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+  raw->clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
     if (hi < 0 || lo < 0) return false;
-    out[i] = static_cast<uint8_t>(hi * 16 + lo);
+    raw->push_back(static_cast<char>(hi * 16 + lo));
   }
+  return true;
+}
+
+bool ParseHexName(const std::string& hex, uint8_t* out) {
+  std::string raw;
+  if (hex.size() != 2 * kContentNameBytes || !HexToBytes(hex, &raw)) return false;
+  memcpy(out, raw.data(), kContentNameBytes);
   return true;
 }
 

@@ -25,16 +25,9 @@ std::string ToHex(const std::string& raw) {
   return out;
 }
 
+// A fabric address: non-empty hex, at most 512 bytes.
 bool FromHex(const std::string& hex, std::string* raw) {
-  if (hex.empty() || hex.size() % 2 != 0 || hex.size() > 1024) return false;
-  raw->clear();
-  auto digit = [](char c) -> int { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    raw->push_back(static_cast<char>(hi * 16 + lo));
-  }
-  return true;
+  return !hex.empty() && hex.size() <= 1024 && HexToBytes(hex, raw);
 }
 
 // What crosses from the progress thread to the JS thread for one finished fetch.

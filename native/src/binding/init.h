@@ -9,6 +9,8 @@ namespace cascade {
 class Arena;
 // The core arena behind a JS Arena object (null when it is not one, or is closed).
 std::shared_ptr<Arena> ArenaOf(Napi::Value value);
+// Lowercase hex -> bytes (false on an odd length or another character).
+bool HexToBytes(const std::string& hex, std::string* raw);
 // 64 lowercase hex digits -> 32 raw bytes.
 bool ParseHexName(const std::string& hex, uint8_t* out);
 void InitFabric(Napi::Env env, Napi::Object exports);

@@ -1,5 +1,6 @@
 #include "arena.h"
 
+#include "check.h"
 #include "sha256.h"
 
 #include <errno.h>
@@ -20,14 +21,6 @@
 namespace cascade {
 
 namespace {
-
-// Invariants that only a bug in this file can break: crash loudly, never serve wrong bytes.
-void Check(bool ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "cascade native: broken invariant: %s\n", what);
-    abort();
-  }
-}
 
 std::string Errno(const char* what) {
   return std::string(what) + ": " + strerror(errno);

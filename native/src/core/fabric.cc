@@ -1,5 +1,6 @@
 #include "fabric.h"
 
+#include "check.h"
 #include "sha256.h"
 
 #include <rdma/fabric.h>
@@ -31,13 +32,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Invariants only a bug in this file can break: crash loudly, never serve wrong bytes.
-void Check(bool ok, const char* what) {
-  if (!ok) {
-    fprintf(stderr, "cascade fabric: broken invariant: %s\n", what);
-    abort();
-  }
-}
 
 // Wire format: a fixed header, then a body per type; both ends are the same build (x86-64, little
 // endian), fields are copied with memcpy (no alignment assumptions). Every received length is checked.
