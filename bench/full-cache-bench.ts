@@ -21,6 +21,7 @@ import * as path from 'node:path';
 import { Daemon } from '../test/mount/daemon';
 import { f3, hostEnvironment } from './common';
 import { mountTmpfs, unmountTmpfs } from './mount-systems';
+import { slabSlotBytes } from '../store/tiers/native-dram';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -80,9 +81,9 @@ interface Row {
   pass: { fullAtLeast0p8xEmpty: boolean; slotsAtMost2x: boolean };
 }
 
+/** What one file takes in the arena (its slab slot, or whole 64 KiB pages: the default page size). */
 function slotFor(fileBytes: number, pageBytes = 64 * KiB): number {
-  for (let slot = 4 * KiB; slot * 2 <= pageBytes; slot *= 2) if (fileBytes <= slot) return slot;
-  return Math.ceil(fileBytes / pageBytes) * pageBytes;
+  return slabSlotBytes(fileBytes, pageBytes) ?? Math.ceil(fileBytes / pageBytes) * pageBytes;
 }
 
 async function main(): Promise<void> {

@@ -10,6 +10,7 @@
 import { MiB } from './constants';
 import { CascadeError } from './errors';
 import type { ClusterDirectory } from './meta';
+import { ThresholdPromotion } from './policy/promotion';
 import type { NativeArenaTier } from './tiers/native-dram';
 import { nativeCode, type NativeFabricBinding, type NativeFabricStats } from '../native';
 
@@ -63,10 +64,10 @@ export class RemoteDram {
   private readonly pending = new Map<string, boolean>(); // sha -> held
   private advertiseTimer: NodeJS.Timeout | undefined;
   private advertising: Promise<void> | undefined;
-  private readonly counts = new Map<string, number>(); // remote reads per block, bounded
+  /** Remote reads per block before a local copy is kept: the store's threshold policy (bounded LRU). */
+  private readonly promotion: ThresholdPromotion;
   private closed = false;
   readonly figures = { loads: 0, loadBytes: 0, fallbacks: 0, corrupt: 0, promotions: 0 };
-  readonly promoteAfterReads: number;
 
   private constructor(
     private readonly fabric: NativeFabricBinding,
@@ -75,7 +76,7 @@ export class RemoteDram {
     private readonly warn: (m: string) => void,
     promoteAfterReads: number,
   ) {
-    this.promoteAfterReads = promoteAfterReads;
+    this.promotion = new ThresholdPromotion(promoteAfterReads);
   }
 
   /** undefined when the addon has no libfabric (the node then reads other nodes' blocks from the shared tier). */
@@ -151,16 +152,9 @@ export class RemoteDram {
 
   /** Count a remote read of `sha`: true when this node should keep its copy (promoted). */
   remoteRead(sha: string): boolean {
-    const n = (this.counts.get(sha) ?? 0) + 1;
-    if (n >= this.promoteAfterReads) {
-      this.counts.delete(sha);
-      this.figures.promotions++;
-      return true;
-    }
-    this.counts.delete(sha); // re-insert: the map's order is recency, the oldest go first
-    this.counts.set(sha, n);
-    if (this.counts.size > 65_536) this.counts.delete(this.counts.keys().next().value as string);
-    return false;
+    if (!this.promotion.onSlowRead(sha)) return false;
+    this.figures.promotions++;
+    return true;
   }
 
   /** Tell the directory (batched) that this node now holds or no longer holds `sha` in DRAM. */

@@ -856,11 +856,7 @@ export class Store {
     this.evictingAhead = (async () => {
       let budget = EVICT_AHEAD_PASS_FACTOR * this.highWatermarkBytes;
       while (!this.closing && budget > 0 && this.dram.freeBytes() < this.highWatermarkBytes) {
-        const victims = this.eviction.victims(
-          Math.min(this.highWatermarkBytes - this.dram.freeBytes(), EVICT_AHEAD_BATCH_BYTES),
-          (k) => this.dram.footprintBytes(this.dram.sizeOf(k) ?? 0),
-          (k) => this.dram.has(k) && this.evictable(k),
-        );
+        const victims = this.victims(Math.min(this.highWatermarkBytes - this.dram.freeBytes(), EVICT_AHEAD_BATCH_BYTES));
         if (victims.length === 0) break;
         for (const key of victims) {
           if (!this.dram.has(key) || !this.evictable(key)) continue; // changed while we yielded
@@ -993,15 +989,20 @@ export class Store {
     const fits = () => (this.dram.fits ? this.dram.fits(sizeBytes) : this.dram.freeBytes() >= needBytes);
     for (let round = 0; round < MAKE_ROOM_ROUNDS_MAX; round++) {
       if (fits()) return true;
-      const victims = this.eviction.victims(
-        Math.max(1, needBytes - this.dram.freeBytes()),
-        (k) => this.dram.footprintBytes(this.dram.sizeOf(k) ?? 0),
-        (k) => this.dram.has(k) && this.evictable(k),
-      );
+      const victims = this.victims(Math.max(1, needBytes - this.dram.freeBytes()));
       if (victims.length === 0) return false;
       for (const key of victims) await this.evict(key);
     }
     return fits();
+  }
+
+  /** DRAM blocks the eviction policy names to free `needBytes`, evictable ones only. */
+  private victims(needBytes: number): string[] {
+    return this.eviction.victims(
+      needBytes,
+      (k) => this.dram.footprintBytes(this.dram.sizeOf(k) ?? 0),
+      (k) => this.dram.has(k) && this.evictable(k),
+    );
   }
 
   private evictable(key: string): boolean {
@@ -1301,7 +1302,7 @@ export class Store {
    */
   private async fetchRemote(sha: string, sizeBytes: number, reading: boolean): Promise<boolean> {
     const remote = this.remote;
-    if (!remote || this.disk.has(sha) || !(this.dram instanceof NativeArenaTier) || !(await this.roomFor(sizeBytes))) return false;
+    if (!remote || this.disk.has(sha) || !(this.dram instanceof NativeArenaTier) || !(await this.makeRoom(sizeBytes))) return false;
     if (!(await remote.fetch(this.dram, sha, sizeBytes))) return false;
     this.sharedClean.add(sha);
     this.admit(sha);
@@ -1309,11 +1310,6 @@ export class Store {
     if (!reading || remote.remoteRead(sha)) remote.advertise(sha, true);
     else this.borrowed.add(sha);
     return true;
-  }
-
-  /** Make room in DRAM for a block of sizeBytes (false when pins and open readers fill it). */
-  private async roomFor(sizeBytes: number): Promise<boolean> {
-    return this.makeRoom(sizeBytes);
   }
 
   private dropBorrowedLater(sha: string): void {

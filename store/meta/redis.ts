@@ -33,7 +33,7 @@
  * with `appendonly yes` and `appendfsync always`, as the tests do; sync() then has nothing left to wait
  * for. With `appendfsync everysec` up to a second of commits can be lost when Redis (not Cascade) dies.
  */
-import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type ChainableCommander, type RedisOptions } from 'ioredis';
 import { INODE_ALLOCATED_LIMIT, INODE_FIRST_ALLOCATED } from '../constants';
 import { assert, CascadeError, isCascadeError } from '../errors';
 import type { BlockPlacement, BlockRecord, ClusterDirectory, CommitResult, ListOptions, MetaEngine, MetaTotals, VersionRecord } from '../meta';
@@ -367,6 +367,18 @@ function parseMember(name: string, member: string): VersionRecord {
 
 const BLOCK_FIELDS = ['size', 'refs', 'pinned'] as const;
 
+/** Run a pipeline; its `count` results in order, or the first command's error (a pipeline does not throw). */
+async function results(pipe: ChainableCommander, count: number): Promise<unknown[]> {
+  const replies = (await pipe.exec()) ?? [];
+  const out: unknown[] = [];
+  for (let i = 0; i < count; i++) {
+    const [err, value] = replies[i] ?? [new Error('no reply'), null];
+    if (err) throw err;
+    out.push(value);
+  }
+  return out;
+}
+
 /** A block row from its hash fields (BLOCK_FIELDS order), or undefined when there is none. */
 function blockRow(sha256: string, [size, refs, pinned]: Array<string | null>): BlockRecord | undefined {
   if (size === null) return undefined;
@@ -594,12 +606,8 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
         const batch = shas.slice(i, i + BLOCKS_BATCH);
         const pipe = this.client.pipeline();
         for (const sha of batch) pipe.hmget(this.key(`b:${sha}`), ...BLOCK_FIELDS);
-        const replies = (await pipe.exec()) ?? [];
-        batch.forEach((sha, j) => {
-          const [err, fields] = replies[j] ?? [new Error('no reply'), null];
-          if (err) throw err;
-          out.push(blockRow(sha, fields as Array<string | null>));
-        });
+        const rows = await results(pipe, batch.length);
+        batch.forEach((sha, j) => out.push(blockRow(sha, rows[j] as Array<string | null>)));
       }
       return out;
     });
@@ -676,14 +684,14 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
         if (c.held) pipe.sadd(this.key(`dram:${c.sha256}`), c.node);
         else pipe.srem(this.key(`dram:${c.sha256}`), c.node);
       }
-      for (const [err] of (await pipe.exec()) ?? []) if (err) throw err;
+      await results(pipe, changes.length);
     });
   }
 
   async requestReplica(node: string, sha256: string): Promise<void> {
     return this.guard(async () => {
       const q = this.key(`replicate:${node}`);
-      await this.client.pipeline().rpush(q, sha256).ltrim(q, -REPLICA_QUEUE_MAX, -1).exec();
+      await results(this.client.pipeline().rpush(q, sha256).ltrim(q, -REPLICA_QUEUE_MAX, -1), 2);
     });
   }
 

@@ -6,11 +6,11 @@
  * duration and restores the mode after.
  */
 import { strict as assert } from 'node:assert';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
-import { canMount, CLI, isMounted } from './daemon';
+import { canMount, CLI, Daemon, isMounted } from './daemon';
 
 const USER = 'nobody';
 
@@ -23,8 +23,7 @@ describe('native engine as a user who is not root (fusermount)', function () {
   this.timeout(120_000);
   let root: string;
   let mnt: string;
-  let proc: ChildProcess | undefined;
-  let stderr = '';
+  let daemon: Daemon | undefined;
   let fuseMode: number | undefined;
 
   before(async function () {
@@ -46,37 +45,19 @@ describe('native engine as a user who is not root (fusermount)', function () {
     // setpriv execs the daemon itself (runuser would stand between it and our SIGTERM).
     const uid = spawnSync('id', ['-u', USER], { encoding: 'utf8' }).stdout.trim();
     const gid = spawnSync('id', ['-g', USER], { encoding: 'utf8' }).stdout.trim();
-    proc = spawn('setpriv', [`--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', '--', process.execPath, CLI, 'mount', mnt, '--data', data, '--dram', '64M'], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-      env: { ...process.env, HOME: root },
-    });
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`mount did not come up: ${stderr}`)), 30_000);
-      proc!.stderr!.on('data', (d: Buffer) => {
-        stderr += d.toString();
-        if (stderr.includes('cascade: mounted')) {
-          clearTimeout(timer);
-          resolve();
-        }
-      });
-      proc!.on('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`daemon exited (${code}): ${stderr}`));
-      });
-    });
+    daemon = new Daemon(mnt, data, ['--engine', 'native'], ['setpriv', `--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', '--']);
+    await daemon.start();
   });
 
   after(async function () {
-    if (proc && proc.exitCode === null) {
-      proc.kill('SIGKILL');
-    }
+    if (daemon?.proc) await daemon.stop('SIGKILL'); // only after a failure: the test stops it itself
     if (mnt && isMounted(mnt)) spawnSync('fusermount', ['-uz', mnt]);
     if (fuseMode !== undefined) fs.chmodSync('/dev/fuse', fuseMode);
     if (root) rmDir(root);
   });
 
   it('mounts with the native engine, owned by the user; writes and reads byte-exact; shared mmap works; SIGTERM unmounts', async function () {
-    assert.match(stderr, /\(engine native:/, 'the native engine, not fuse-native');
+    assert.match(daemon!.stderr, /\(engine native:/, 'the native engine, not fuse-native');
     const entry = fs.readFileSync('/proc/mounts', 'utf8').split('\n').find((l) => l.split(' ')[1] === mnt);
     assert.ok(entry?.includes(`user_id=${spawnSync('id', ['-u', USER], { encoding: 'utf8' }).stdout.trim()}`), `mounted for ${USER}: ${entry}`);
     const src = path.join(root, 'src.bin');
@@ -89,10 +70,9 @@ describe('native engine as a user who is not root (fusermount)', function () {
     );
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.stdout.trim().split('\n'), [sha256(data), sha256(data)]);
-    const exited = new Promise<number | null>((res) => proc!.once('exit', (c) => res(c)));
-    proc!.kill('SIGTERM');
-    assert.equal(await exited, 0, stderr);
-    assert.match(stderr, /cascade: unmounted/);
+    // Daemon.stop fails the test unless SIGTERM makes it exit 0, unmounted.
+    assert.equal(await daemon!.stop('SIGTERM'), 0, daemon!.stderr);
+    assert.match(daemon!.stderr, /cascade: unmounted/);
     assert.equal(isMounted(mnt), false);
   });
 });
