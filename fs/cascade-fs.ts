@@ -27,7 +27,7 @@ import type { VersionRecord } from '../store/meta';
 import { validateDirName, validateName, validateSha256 } from '../store/names';
 import type { DramHold, Store } from '../store/store';
 import { DirTree, split, type DirInfo } from './tree';
-import type { CascadeFsOps, DirEntry, FileAttr, FsStatfs, Handle } from './types';
+import type { CascadeFsOps, DirEntry, FileAttr, FsStatfs, Handle, SealedBlock, WriteStager } from './types';
 
 const S_IFDIR = 0o040000;
 const S_IFREG = 0o100000;
@@ -136,6 +136,15 @@ interface Staging {
   mtimeMs: number;
   /** The file's inode number: its committed version's for a rewrite, a fresh one for a new file. */
   ino: number;
+  /**
+   * Staged natively (the engine's stager id): its bytes are in the DRAM arena, written and hashed in
+   * C++; `data`, `sizeBytes`, `dirty` and `mtimeMs` here are then stale until refresh() or toJs().
+   */
+  native: number | undefined;
+  /** The native stage's bytes went to the store with a commit (the stage holds none now). */
+  nativeSealed: boolean;
+  /** The version the last commit made (a sealed native stage's content, for toJs()). */
+  committed: VersionRecord | undefined;
 }
 
 type OpenFile =
@@ -218,6 +227,8 @@ export class CascadeFs implements CascadeFsOps {
   private readonly stagingCapacityBytes: number;
   private readonly mountTimeMs = Date.now();
   private readonly inodes: InodePool;
+  /** The engine's native write staging, when it has it and the store can take its blocks. */
+  private stager: WriteStager | undefined;
 
   constructor(
     private readonly store: Store,
@@ -417,9 +428,14 @@ export class CascadeFs implements CascadeFsOps {
         return this.store.readContent(h.version, offsetBytes, target);
       case 'virtual':
         return copyRange(h.data, h.data.length, offsetBytes, target);
-      case 'write':
+      case 'write': {
         if (!h.readable) throw new CascadeError('EBADF', 'handle is open for writing only');
-        return copyRange(h.staging.data, h.staging.sizeBytes, offsetBytes, target);
+        const st = h.staging;
+        while (st.gate) await st.gate;
+        if (st.native !== undefined && !st.nativeSealed) return this.stager!.read(st.native, offsetBytes, target);
+        if (st.native !== undefined) await this.toJs(st);
+        return copyRange(st.data, st.sizeBytes, offsetBytes, target);
+      }
     }
   }
 
@@ -428,6 +444,9 @@ export class CascadeFs implements CascadeFsOps {
     if (h.kind !== 'write') throw new CascadeError('EBADF', 'handle is not open for writing');
     const st = h.staging;
     const end = offsetBytes + data.length;
+    while (st.gate) await st.gate;
+    // A write the native stage did not take (no arena pages, or after a commit): JS stages from here.
+    if (st.native !== undefined) await this.toJs(st);
     while (st.gate) await st.gate;
     if (end > st.data.length) await this.grow(st, end);
     // The kernel reuses `data` after we return: copy now.
@@ -450,6 +469,7 @@ export class CascadeFs implements CascadeFsOps {
     const open = handle !== undefined ? this.handles.get(handle) : undefined;
     if (open?.kind === 'write') {
       while (open.staging.gate) await open.staging.gate;
+      if (sizeBytes !== 0) await this.toJs(open.staging);
       return this.resize(open.staging, sizeBytes);
     }
     const p = parse(path);
@@ -460,6 +480,7 @@ export class CascadeFs implements CascadeFsOps {
     const st = this.staging.get(p.rel);
     if (st) {
       while (st.gate) await st.gate;
+      if (sizeBytes !== 0) await this.toJs(st);
       return this.resize(st, sizeBytes);
     }
     const v = await this.store.resolve(p.rel);
@@ -471,6 +492,7 @@ export class CascadeFs implements CascadeFsOps {
   async flush(handle: Handle): Promise<void> {
     const h = this.handle(handle);
     if (h.kind !== 'write') return;
+    this.refresh(h.staging);
     if (h.staging.dirty) await this.commit(h.staging);
     else if (h.staging.pending) h.staging.truncationClosed = true;
   }
@@ -622,6 +644,7 @@ export class CascadeFs implements CascadeFsOps {
       throw new CascadeError('EINVAL', `${XATTR_LINK} takes a 64-character hex SHA-256`);
     }
     const st = this.staging.get(rel);
+    if (st) this.refresh(st);
     await this.store.link(rel, sha, st?.ino);
     // A created-but-unwritten file (touch, then link) must not commit its empty content over the link.
     if (st && !st.dirty) this.orphan(st);
@@ -673,6 +696,12 @@ export class CascadeFs implements CascadeFsOps {
     if (st) {
       this.resize(st, 0);
     } else {
+      let native: number | undefined;
+      try {
+        native = this.stager?.create();
+      } catch (e) {
+        this.log(`native write staging unavailable for ${rel}: ${String(e)}`);
+      }
       st = {
         name: rel,
         data: Buffer.alloc(0),
@@ -686,6 +715,9 @@ export class CascadeFs implements CascadeFsOps {
         orphaned: false,
         mtimeMs: Date.now(),
         ino,
+        native,
+        nativeSealed: false,
+        committed: undefined,
       };
       this.staging.set(rel, st);
     }
@@ -718,6 +750,7 @@ export class CascadeFs implements CascadeFsOps {
   /** Commit the staging buffer as a new version if it changed since the last commit. */
   private async commit(st: Staging): Promise<void> {
     while (st.gate) await st.gate;
+    this.refresh(st);
     if (!(st.dirty || st.pending) || st.orphaned) return;
     this.store.checkAdmission(st.sizeBytes);
     // Writes wait at the gate until the store has the content: the bytes hashed are the bytes stored.
@@ -725,11 +758,17 @@ export class CascadeFs implements CascadeFsOps {
     st.gate = new Promise<void>((resolve) => (open = resolve));
     const [dirty, pending] = [st.dirty, st.pending];
     try {
-      const data = st.data.subarray(0, st.sizeBytes);
-      const sha = st.hash && st.hash.lengthBytes === st.sizeBytes ? await st.hash.digest() : undefined;
-      st.dirty = false;
-      st.pending = false;
-      await this.store.put(st.name, data, sha, st.ino);
+      if (st.native !== undefined) {
+        st.dirty = false;
+        st.pending = false;
+        await this.commitNative(st);
+      } else {
+        const data = st.data.subarray(0, st.sizeBytes);
+        const sha = st.hash && st.hash.lengthBytes === st.sizeBytes ? await st.hash.digest() : undefined;
+        st.dirty = false;
+        st.pending = false;
+        st.committed = await this.store.put(st.name, data, sha, st.ino);
+      }
       st.truncationClosed = false; // readers read the new version now
     } catch (e) {
       st.dirty = dirty;
@@ -743,10 +782,129 @@ export class CascadeFs implements CascadeFsOps {
 
   private async dropStaging(st: Staging): Promise<void> {
     if (this.staging.get(st.name) === st) this.staging.delete(st.name);
+    if (st.native !== undefined) {
+      this.stager?.drop(st.native);
+      st.native = undefined;
+    }
     this.stagingBytes -= st.data.length;
     st.data = Buffer.alloc(0);
     // A created file whose commit failed, and that has no committed version, vanishes.
     if (!st.orphaned && !(await this.exists(st.name)) && !this.staging.has(st.name)) this.tree.removeFile(st.name);
+  }
+
+  // ---- native write staging (the native engine's stager) ---------------------------------------
+
+  useStager(stager: WriteStager | undefined): boolean {
+    this.stager = stager !== undefined && this.store.dramArena() !== undefined ? stager : undefined;
+    return this.stager !== undefined;
+  }
+
+  stageOf(handle: Handle): number | undefined {
+    const h = this.handles.get(handle);
+    return h?.kind === 'write' ? h.staging.native : undefined;
+  }
+
+  async detachStager(): Promise<void> {
+    const all = new Set<Staging>([...this.staging.values()]);
+    for (const h of this.handles.values()) if (h.kind === 'write') all.add(h.staging);
+    for (const st of all) {
+      while (st.gate) await st.gate;
+      try {
+        await this.toJs(st);
+      } catch (e) {
+        this.log(`staged bytes of ${st.name} could not be kept at unmount: ${String(e)}`);
+      }
+    }
+    this.stager = undefined;
+  }
+
+  /** Bring size, times and the dirty flag of a native stage into the staging record. */
+  private refresh(st: Staging, takeDirty = true): void {
+    if (st.native === undefined) return;
+    const info = this.stager!.info(st.native, takeDirty);
+    st.sizeBytes = info.sizeBytes;
+    st.mtimeMs = info.mtimeMs;
+    if (info.dirty) st.dirty = true;
+  }
+
+  /**
+   * Move a native stage's bytes into JS memory (a write it did not take, a truncate, unmount): from then
+   * on the file is staged as without the native engine. Behind the gate: nothing else touches it.
+   */
+  private async toJs(st: Staging): Promise<void> {
+    const id = st.native;
+    if (id === undefined) return;
+    const stager = this.stager!;
+    let open!: () => void;
+    st.gate = new Promise<void>((resolve) => (open = resolve));
+    try {
+      const info = stager.freeze(id); // from here its writes reach write(), which waits at the gate
+      const size = info.sizeBytes;
+      const capacity = Math.min(this.store.maxBlockBytes, Math.max(size, 128 * 1024));
+      if (this.stagingBytes + capacity > this.stagingCapacityBytes) {
+        throw new CascadeError('ENOSPC', `files being written hold ${this.stagingBytes} bytes; the staging limit is ${this.stagingCapacityBytes}`);
+      }
+      const data = allocLarge(capacity);
+      if (!st.nativeSealed) {
+        if (stager.read(id, 0, data.subarray(0, size)) !== size) throw new CascadeError('EIO', `staged bytes of ${st.name} are incomplete`);
+      } else if (size > 0) {
+        // Committed since: the content is the version that commit made.
+        const v = st.committed;
+        if (v === undefined || v.sizeBytes !== size) throw new CascadeError('EIO', `the committed content of ${st.name} is unknown`);
+        if ((await this.store.readContent(v, 0, data.subarray(0, size))) !== size) throw new CascadeError('EIO', `committed content of ${st.name} is incomplete`);
+      }
+      stager.drop(id);
+      st.native = undefined;
+      st.nativeSealed = false;
+      st.data = data;
+      this.stagingBytes += capacity;
+      st.sizeBytes = size;
+      st.mtimeMs = info.mtimeMs;
+      if (info.dirty) st.dirty = true;
+      st.hash = size === 0 ? new StreamHasher() : undefined; // the store hashes it at commit
+    } finally {
+      st.gate = undefined;
+      open();
+    }
+  }
+
+  /** Commit a native stage: its sealed arena block becomes the version, with no copy. Under the gate. */
+  private async commitNative(st: Staging): Promise<void> {
+    const stager = this.stager!;
+    const id = st.native!;
+    let block: SealedBlock;
+    if (st.nativeSealed) {
+      // Sealed by an earlier commit and not written since (writes would have moved it to JS): a
+      // pending re-commit of the same content.
+      const v = st.committed!;
+      st.committed = await this.store.link(st.name, v.sha256, st.ino);
+      return;
+    }
+    block = await stager.seal(id);
+    stager.info(id, true); // writes that landed before the seal are in the block
+    const owner = { taken: false };
+    try {
+      st.committed = await this.store.putSealed(st.name, block, st.ino, owner);
+      st.nativeSealed = true;
+      st.sizeBytes = block.sizeBytes;
+    } catch (e) {
+      // Keep the content for the retry at release: JS stages it from here.
+      try {
+        const data = allocLarge(Math.max(block.sizeBytes, 128 * 1024));
+        this.store.readSealed(block, data);
+        stager.drop(id);
+        st.native = undefined;
+        st.data = data;
+        this.stagingBytes += data.length;
+        st.sizeBytes = block.sizeBytes;
+        st.hash = undefined;
+      } catch (e2) {
+        this.log(`the content of ${st.name} was lost after a failed commit: ${String(e2)}`);
+      }
+      throw e;
+    } finally {
+      if (!owner.taken) this.store.freeSealed(block);
+    }
   }
 
   private orphan(st: Staging): void {
@@ -797,6 +955,18 @@ export class CascadeFs implements CascadeFsOps {
   }
 
   private resize(st: Staging, sizeBytes: number): void {
+    if (st.native !== undefined) {
+      // Only truncation to 0 reaches here natively (others go through toJs first): the content goes,
+      // and JS stages the file from now on (its handles' writes reach write()).
+      assert(sizeBytes === 0, 'a native stage is resized only to 0');
+      const info = this.stager!.freeze(st.native);
+      this.stager!.drop(st.native);
+      st.native = undefined;
+      st.sizeBytes = info.sizeBytes;
+      st.mtimeMs = info.mtimeMs;
+      st.dirty = st.dirty || info.dirty;
+      st.hash = undefined;
+    }
     if (sizeBytes > st.sizeBytes) {
       this.ensureCapacity(st, sizeBytes);
       st.data.fill(0, st.sizeBytes, sizeBytes);
@@ -1000,6 +1170,7 @@ export class CascadeFs implements CascadeFsOps {
   }
 
   private stagingAttr(st: Staging): FileAttr {
+    this.refresh(st, false);
     return this.fileAttr(st.sizeBytes, st.mtimeMs, this.modes.get(st.name) ?? 0o644, st.ino);
   }
 

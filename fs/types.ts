@@ -41,6 +41,40 @@ export interface DirEntry {
 /** An open file handle number (what FUSE calls fh). */
 export type Handle = number;
 
+/** A file being written, staged natively: what the engine's stager reports (native/src/engine/stage.h). */
+export interface StageInfo {
+  sizeBytes: number;
+  mtimeMs: number;
+  /** Written since the flag was last taken. */
+  dirty: boolean;
+  /** Its writes reach write() now instead of the stage. */
+  forwarding: boolean;
+}
+
+/** A sealed stage: its content as a DRAM arena block of exactly sizeBytes, with its SHA-256. */
+export interface SealedBlock {
+  handle: number;
+  sizeBytes: number;
+  sha256: string;
+}
+
+/**
+ * Native write staging, as an engine that has it offers it to the filesystem (the native engine:
+ * WRITEs of attached handles land in the DRAM arena and are hashed in C++, never reaching write()).
+ * Stage ids are the stager's; every method but seal() is synchronous and cheap.
+ */
+export interface WriteStager {
+  /** A new empty stage, or undefined when none can be made now (the file is staged in JS then). */
+  create(): number | undefined;
+  info(id: number, takeDirty: boolean): StageInfo;
+  /** No more writes land in the stage (they reach write()); its size is final. */
+  freeze(id: number): StageInfo;
+  read(id: number, offsetBytes: number, target: Buffer): number;
+  /** Hash and hand over the content; the stage forwards writes from now on and owns no bytes. */
+  seal(id: number): Promise<SealedBlock>;
+  drop(id: number): void;
+}
+
 export interface CascadeFsOps {
   getattr(path: string, handle?: Handle): Promise<FileAttr>;
   readdir(path: string): Promise<DirEntry[]>;
@@ -78,6 +112,15 @@ export interface CascadeFsOps {
    * is smaller than minSizeBytes: holding costs more than serving one read). Optional.
    */
   holdHandle?(handle: Handle, minSizeBytes?: number): Promise<DramHold | undefined>;
+  /**
+   * An engine with native write staging offers it (undefined takes it back); true when the filesystem
+   * uses it (its store can take sealed arena blocks). Optional.
+   */
+  useStager?(stager: WriteStager | undefined): boolean;
+  /** The stage a write handle's WRITEs should land in (the engine routes them there), if any. */
+  stageOf?(handle: Handle): number | undefined;
+  /** Before the engine stops: every staged file's bytes move into the filesystem's own memory. */
+  detachStager?(): Promise<void>;
   /** Finish background work and persist everything (clean unmount). */
   close(): Promise<void>;
 }

@@ -209,7 +209,16 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
     const why = NativeFuseEngine.unavailable();
     if (why === undefined) {
       try {
-        const e = await NativeFuseEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, arenaFd: store.dramRegion()?.fd, passthrough: opts.passthrough, log });
+        const e = await NativeFuseEngine.mount(mnt, fsOps, {
+          kernelCache: opts.kernelCache,
+          arenaFd: store.dramRegion()?.fd,
+          // Native writes: new files are staged in the arena and hashed in C++ (not in a cluster,
+          // whose commits write the node's segments first).
+          arena: store.dramArena(),
+          maxBlockBytes: store.maxBlockBytes,
+          passthrough: opts.passthrough,
+          log,
+        });
         const n = e.negotiated();
         if (opts.debug) log('--debug traces requests with the fuse-native engine only');
         const reads = n?.arena === true ? 'reads of DRAM blocks served from the arena' : 'every read through JS (no shared-memory arena)';

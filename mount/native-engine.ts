@@ -12,6 +12,7 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { requireNative, type NativeFuseSessionBinding } from '../native';
+import type { NativeArenaBinding } from '../native/types';
 import type { FuseNegotiated } from '../native/types';
 import { CascadeError } from '../store/errors';
 import type { DramHold } from '../store/store';
@@ -30,6 +31,12 @@ export interface NativeEngineOptions {
   maxPages?: number;
   /** The DRAM arena's fd, for reads served in C++ straight from it. */
   arenaFd?: number;
+  /**
+   * The DRAM arena itself (the store's; then arenaFd is unused): reads are served from it, and writes
+   * of new files land in it natively, hashed in C++ (native writes), with maxBlockBytes the largest.
+   */
+  arena?: NativeArenaBinding;
+  maxBlockBytes?: number;
   /**
    * FUSE passthrough for reads of committed versions: the kernel reads a shared-memory copy of the
    * block directly, so reads never reach the daemon. While a file is open this way, opening it for
@@ -183,6 +190,8 @@ export class NativeFuseEngine {
   private holdWarned = false;
   /** Whether the session maps the DRAM arena (settled at INIT). */
   private arena = false;
+  /** Whether writes of new files are staged natively (the filesystem took the stager). */
+  private staging = false;
 
   private constructor(
     readonly mountpoint: string,
@@ -235,7 +244,9 @@ export class NativeFuseEngine {
           // Other users may enter as st_mode allows; for a user who is not root, fusermount allows
           // that only with user_allow_other in /etc/fuse.conf.
           allowOther: process.getuid?.() === 0 || fuseConfAllowsOther(),
-          arenaFd: options.arenaFd,
+          ...(options.arena !== undefined && options.maxBlockBytes !== undefined
+            ? { arena: options.arena, maxBlockBytes: options.maxBlockBytes }
+            : { arenaFd: options.arenaFd }),
           passthrough: options.passthrough === true && process.getuid?.() === 0, // needs CAP_SYS_ADMIN
         },
         (request) => engine.dispatch(request),
@@ -253,6 +264,16 @@ export class NativeFuseEngine {
       throw new CascadeError('EIO', `cannot mount ${mnt} with the native engine: ${r.why}`);
     }
     engine.arena = session.negotiated().arena;
+    if (options.arena !== undefined && fsOps.useStager !== undefined) {
+      engine.staging = fsOps.useStager({
+        create: () => session.stageCreate(),
+        info: (id, takeDirty) => session.stageInfo(id, takeDirty),
+        freeze: (id) => session.stageFreeze(id),
+        read: (id, offsetBytes, target) => session.stageRead(id, offsetBytes, target),
+        seal: (id) => session.stageSeal(id),
+        drop: (id) => session.stageDrop(id),
+      });
+    }
     if (options.passthrough === true) {
       const n = session.negotiated();
       if (!n.passthrough) log('passthrough was asked for but the kernel did not offer it (needs Linux 6.9+ and CAP_SYS_ADMIN): reads are served');
@@ -290,6 +311,8 @@ export class NativeFuseEngine {
 
   private async detach(): Promise<void> {
     if (mountEntry(this.mountpoint)) await fusermountUnmount(this.mountpoint).catch((e: unknown) => this.log(`unmount: ${(e as Error).message}`));
+    // Staged bytes live in the session's stager: into the filesystem's memory before it goes.
+    if (this.staging) await this.fsOps.detachStager?.().catch((e: unknown) => this.log(`unmount: ${(e as Error).message}`));
     this.session?.unmount();
     for (const h of this.holds.values()) h.release();
     this.holds.clear();
@@ -420,6 +443,7 @@ export class NativeFuseEngine {
         try {
           const entry = await this.entry(p, fh);
           this.track(fh, this.nodes.idOf(p) ?? 0);
+          this.attachStage(fh);
           return [entry, P.openOut(fh, this.openFlags())];
         } catch (e) {
           await f.release(fh).catch(() => {});
@@ -584,6 +608,7 @@ export class NativeFuseEngine {
       }
     }
     this.track(fh, hdr.nodeid, backing);
+    if (!reading) this.attachStage(fh);
     if (backing !== undefined) openFlags = P.FOPEN.PASSTHROUGH;
     return P.openOut(fh, openFlags, backing?.backingId ?? 0);
   }
@@ -601,6 +626,18 @@ export class NativeFuseEngine {
     if (node !== undefined && node.other > 0) return undefined;
     const sha = node?.backing?.sha256 ?? hold.version.sha256;
     return cache.acquire(sha, hold.version.sizeBytes, hold.extents.flat());
+  }
+
+  /** Route the handle's WRITEs to its file's native stage (before the open is answered). */
+  private attachStage(fh: Handle): void {
+    if (!this.staging) return;
+    const id = this.fsOps.stageOf?.(fh);
+    if (id === undefined) return;
+    try {
+      this.session?.stageAttach(fh, id);
+    } catch (e) {
+      this.log(`writes of handle ${fh} go through JS: ${(e as Error).message}`); // too many handles
+    }
   }
 
   private track(fh: Handle, nodeid: number, backing?: Backing): void {

@@ -152,6 +152,32 @@ export interface FuseSessionOptions {
   passthrough?: boolean;
   /** The DRAM arena's fd: mapped read-only so reads of held blocks are served from it. */
   arenaFd?: number;
+  /**
+   * The DRAM arena itself (then arenaFd is unused): reads of held blocks are served from it, and
+   * WRITEs of handles attached to a stage land in it, hashed on C++ threads (native writes).
+   */
+  arena?: NativeArenaBinding;
+  /** With arena: the largest file a stage grows to (bigger writes reach JS, which answers EFBIG). */
+  maxBlockBytes?: number;
+  /** With arena: threads hashing staged writes (1..8; default 2). */
+  hashThreads?: number;
+}
+
+/** A staged file as the engine sees it (native/src/engine/stage.h). */
+export interface NativeStageInfo {
+  sizeBytes: number;
+  mtimeMs: number;
+  /** Written since the dirty flag was last taken. */
+  dirty: boolean;
+  /** Its WRITEs reach JS now (no arena pages were left, or it was frozen or sealed). */
+  forwarding: boolean;
+}
+
+/** A sealed stage: an arena block of exactly sizeBytes, hashed; the caller now owns the handle. */
+export interface NativeSealedBlock {
+  handle: number;
+  sizeBytes: number;
+  sha256: string;
 }
 
 export interface FuseNegotiated {
@@ -173,6 +199,11 @@ export interface FuseSessionStats {
   servedReads: number;
   servedReadBytes: number;
   servedFlushes: number;
+  /** WRITEs taken by stages in C++ (no JS), and their bytes. */
+  servedWrites: number;
+  servedWriteBytes: number;
+  /** Files staged natively now. */
+  stagedFiles: number;
   replyErrors: number;
 }
 
@@ -198,6 +229,20 @@ export interface NativeFuseSessionBinding {
   stats(): FuseSessionStats;
   /** Detach the mount, stop the workers, close /dev/fuse. Idempotent. */
   unmount(): void;
+  /** Native writes (options.arena): a new empty stage's id. ENOSPC when too many files are staged. */
+  stageCreate(): number;
+  /** WRITEs of `fh` land in stage `id` from now on (until the handle is released or the stage dropped). */
+  stageAttach(fh: number, id: number): void;
+  /** The stage's size and times; takeDirty clears its dirty flag. */
+  stageInfo(id: number, takeDirty?: boolean): NativeStageInfo;
+  /** The stage takes no more writes (they reach JS); its size is final. */
+  stageFreeze(id: number): NativeStageInfo;
+  /** Copy the stage's bytes from offsetBytes into target; returns bytes copied. ESTALE once sealed. */
+  stageRead(id: number, offsetBytes: number, target: Uint8Array): number;
+  /** Hash (waits for the hashers) and hand over the content as an arena block; writes reach JS from now on. */
+  stageSeal(id: number): Promise<NativeSealedBlock>;
+  /** Forget the stage, freeing its block if it still owns one. */
+  stageDrop(id: number): void;
 }
 
 export interface NativeBinding {
@@ -240,4 +285,4 @@ export interface NativeBinding {
 }
 
 /** The ABI this TypeScript expects; a binding built from other sources is refused at load. */
-export const NATIVE_ABI_VERSION = 1;
+export const NATIVE_ABI_VERSION = 2;

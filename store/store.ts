@@ -41,6 +41,8 @@ import { MemoryTier } from './tiers/memory';
 import { NativeArenaTier } from './tiers/native-dram';
 import { sha256Hex } from './hash';
 import { nativeBinding } from '../native';
+import type { NativeArenaBinding } from '../native/types';
+import { allocLarge } from './copy';
 import { LRUCache } from 'lru-cache';
 import { RemoteDram, type RemoteDramFigures, type RemoteDramOptions } from './remote';
 
@@ -411,6 +413,65 @@ export class Store {
     }
     const sha = knownSha256 === undefined ? await sha256Hex(data) : validateSha256(knownSha256);
     return this.commitContent(name, sha, data.length, ino, () => this.ingest(sha, data));
+  }
+
+  /**
+   * Commit a block the native FUSE engine staged and hashed in the DRAM arena (a sealed stage) as a new
+   * version of `name`, without copying it: the DRAM tier takes the arena block itself. `owner.taken`
+   * says whether the store took the handle (also when this throws afterwards); when it stays false the
+   * caller still owns the handle and frees it (freeSealed) or reads it (readSealed).
+   */
+  async putSealed(name: string, block: { handle: number; sizeBytes: number; sha256: string }, ino: number | undefined, owner: { taken: boolean }): Promise<VersionRecord> {
+    this.checkOpen();
+    validateName(name);
+    const sha = validateSha256(block.sha256);
+    const size = block.sizeBytes;
+    if (!Number.isSafeInteger(size) || size < 0 || size > this.maxBlockBytes) {
+      throw new CascadeError('EINVAL', `block of ${size} bytes is over the ${this.maxBlockBytes}-byte limit`);
+    }
+    const dram = this.dram;
+    return this.commitContent(name, sha, size, ino, async () => {
+      if (!this.config.cluster && dram instanceof NativeArenaTier) {
+        this.checkDiskRoom(size);
+        if (dram.adoptBlock(sha, block.handle, size)) {
+          owner.taken = true;
+          this.admit(sha);
+          this.markDirty(sha, size);
+          this.kickFlusher();
+          this.evictAhead();
+          return;
+        }
+      }
+      // A cluster writes its segments first; elsewhere the tier had the content already: a copy.
+      const data = allocLarge(size);
+      this.readSealed(block, data);
+      await this.ingest(sha, data);
+    });
+  }
+
+  /** Copy a sealed stage's bytes into `target` (its size at least). */
+  readSealed(block: { handle: number; sizeBytes: number }, target: Uint8Array): void {
+    this.checkOpen();
+    const dram = this.dram;
+    if (!(dram instanceof NativeArenaTier)) throw new CascadeError('EOPNOTSUPP', 'no native arena');
+    const n = dram.readHandle(block.handle, target.subarray(0, block.sizeBytes));
+    if (n !== block.sizeBytes) throw new CascadeError('EIO', `sealed block: ${n} of ${block.sizeBytes} bytes read`);
+  }
+
+  /** Free a sealed stage the store did not take. */
+  freeSealed(block: { handle: number }): void {
+    if (this.dram instanceof NativeArenaTier) this.dram.freeHandle(block.handle);
+  }
+
+  /**
+   * The DRAM arena's native binding, for the native FUSE engine's write stages; undefined when the
+   * DRAM tier is not the native arena or the store is clustered (a cluster node writes its segments
+   * first, so its commits copy anyway).
+   */
+  dramArena(): NativeArenaBinding | undefined {
+    this.checkOpen();
+    if (this.config.cluster || !(this.dram instanceof NativeArenaTier)) return undefined;
+    return this.dram.arenaBinding();
   }
 
   /** Make `name` a new version with already-stored content `sha256`, with no data transfer. */

@@ -178,6 +178,46 @@ export class NativeArenaTier implements Tier {
     }
   }
 
+  /**
+   * Take a block already written into the arena (a native write stage, sealed: exactly sizeBytes,
+   * hashed to `key` by the stager as its bytes arrived) as the block for `key`, with no copy. False
+   * when the tier already has (or is writing) that content: the caller still owns the handle then.
+   */
+  adoptBlock(key: string, handle: number, sizeBytes: number): boolean {
+    this.checkOpen();
+    validateSha256(key);
+    const arena = this.arena;
+    if (arena === undefined || this.blocks.has(key) || this.writing.has(key)) return false;
+    const described = arena.describe(handle); // ESTALE for a handle that is not live
+    assert(described.sizeBytes === sizeBytes, 'a sealed block is exactly its size');
+    arena.name(handle, key);
+    this.blocks.set(key, { handle, sizeBytes });
+    return true;
+  }
+
+  /** Copy a block the tier does not own (a sealed stage) out by handle; returns bytes copied. */
+  readHandle(handle: number, target: Uint8Array): number {
+    this.checkOpen();
+    if (this.arena === undefined) throw new CascadeError('ENOENT', 'dram tier: no arena');
+    return this.arena.read(handle, 0, target);
+  }
+
+  /** Free a block the tier does not own (a sealed stage nobody took). */
+  freeHandle(handle: number): void {
+    if (this.closed || this.arena === undefined) return;
+    try {
+      this.arena.free(handle);
+    } catch (e) {
+      if (nativeCode(e) !== 'ESTALE') throw e;
+    }
+  }
+
+  /** The arena binding, for the native FUSE engine's write stages (they allocate blocks in it). */
+  arenaBinding(): NativeArenaBinding | undefined {
+    this.checkOpen();
+    return this.arena;
+  }
+
   /** A libfabric endpoint with this arena registered for remote reads; undefined without libfabric. */
   openFabric(provider: string, node: string, limits: { fetchesPerPeerMax: number; holdsMax: number; holdTimeoutMs: number }): NativeFabricBinding | undefined {
     this.checkOpen();

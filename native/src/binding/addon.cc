@@ -90,7 +90,7 @@ Napi::Object Features(Napi::Env env) {
 void InitMapping(Napi::Env env, Napi::Object exports) { exports.Set("Mapping", MappingWrap::Define(env)); }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("abiVersion", Napi::Number::New(env, 1));
+  exports.Set("abiVersion", Napi::Number::New(env, 2));  // 2: native writes (FuseSession stages)
   exports.Set("features", Features(env));
   InitArena(env, exports);
   InitHashIo(env, exports);

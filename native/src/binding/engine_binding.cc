@@ -141,6 +141,13 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
                            InstanceMethod<&FuseSessionWrap::Negotiated>("negotiated"),
                            InstanceMethod<&FuseSessionWrap::Stats>("stats"),
                            InstanceMethod<&FuseSessionWrap::Unmount>("unmount"),
+                           InstanceMethod<&FuseSessionWrap::StageCreate>("stageCreate"),
+                           InstanceMethod<&FuseSessionWrap::StageAttach>("stageAttach"),
+                           InstanceMethod<&FuseSessionWrap::StageInfo>("stageInfo"),
+                           InstanceMethod<&FuseSessionWrap::StageFreeze>("stageFreeze"),
+                           InstanceMethod<&FuseSessionWrap::StageRead>("stageRead"),
+                           InstanceMethod<&FuseSessionWrap::StageSeal>("stageSeal"),
+                           InstanceMethod<&FuseSessionWrap::StageDrop>("stageDrop"),
                        });
   }
 
@@ -172,6 +179,24 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     opts.uid = uid;
     opts.gid = gid;
     opts.arenaFd = hasArena ? static_cast<int>(arenaFd) : -1;
+    // Native writes: the arena itself (then reads are served from it too), the block limit, hashers.
+    Napi::Value arena = o.Get("arena");
+    if (!arena.IsUndefined()) {
+      opts.arena = arena.IsObject() ? ArenaOf(arena) : nullptr;
+      if (!opts.arena) {
+        ThrowCode(env, "EINVAL", "options.arena must be an open Arena");
+        return;
+      }
+      uint32_t hashThreads = opts.hashThreads;
+      Napi::Value max = o.Get("maxBlockBytes");
+      if (!max.IsNumber() || !(max.As<Napi::Number>().DoubleValue() >= 1) || max.As<Napi::Number>().DoubleValue() > kSafeIntegerMax) {
+        ThrowCode(env, "EINVAL", "options.maxBlockBytes must be a positive safe integer with options.arena");
+        return;
+      }
+      if (!OptU32(env, o, "hashThreads", &hashThreads, false)) return;
+      opts.maxBlockBytes = static_cast<uint64_t>(max.As<Napi::Number>().DoubleValue());
+      opts.hashThreads = hashThreads;
+    }
 
     requests_ = RequestFn::New(env, info[1].As<Napi::Function>(), "cascade-fuse-request", kRequestQueueMax, 1);
     init_ = InitFn::New(env, info[2].As<Napi::Function>(), "cascade-fuse-init", 1, 1);
@@ -358,12 +383,152 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("servedReads", static_cast<double>(s.servedReads));
     o.Set("servedReadBytes", static_cast<double>(s.servedReadBytes));
     o.Set("servedFlushes", static_cast<double>(s.servedFlushes));
+    o.Set("servedWrites", static_cast<double>(s.servedWrites));
+    o.Set("servedWriteBytes", static_cast<double>(s.servedWriteBytes));
+    o.Set("stagedFiles", static_cast<double>(session_->stager() ? session_->stager()->stages() : 0));
     o.Set("replyErrors", static_cast<double>(s.replyErrors));
     return o;
   }
 
   Napi::Value Unmount(const Napi::CallbackInfo& info) {
     Stop();
+    return info.Env().Undefined();
+  }
+
+  engine::Stager* LiveStager(Napi::Env env) {
+    Session* s = Live(env);
+    if (s == nullptr) return nullptr;
+    if (s->stager() == nullptr) ThrowCode(env, "EOPNOTSUPP", "the session was mounted without an arena: no native writes");
+    return s->stager();
+  }
+
+  static Napi::Object InfoObject(Napi::Env env, const engine::StageInfo& i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("sizeBytes", static_cast<double>(i.sizeBytes));
+    o.Set("mtimeMs", static_cast<double>(i.mtimeMs));
+    o.Set("dirty", i.dirty);
+    o.Set("forwarding", i.forwarding);
+    return o;
+  }
+
+  // stageCreate(): number, a new empty stage.
+  Napi::Value StageCreate(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    engine::Stager* st = LiveStager(env);
+    if (st == nullptr) return env.Undefined();
+    uint64_t id;
+    const Status s = st->Create(&id);
+    if (s != Status::kOk) {
+      ThrowStatus(env, s, "stageCreate: too many staged files, or the arena has no slot");
+      return env.Undefined();
+    }
+    return Napi::Number::New(env, static_cast<double>(id));
+  }
+
+  // stageAttach(fh, id): WRITEs of fh land in the stage.
+  Napi::Value StageAttach(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t fh, id;
+    if (!ArgU64(info, 0, "fh", &fh) || !ArgU64(info, 1, "id", &id)) return env.Undefined();
+    engine::Stager* st = LiveStager(env);
+    if (st == nullptr) return env.Undefined();
+    const Status s = st->Attach(fh, id);
+    if (s != Status::kOk) ThrowStatus(env, s, "stageAttach: no such stage, or too many handles");
+    return env.Undefined();
+  }
+
+  // stageInfo(id, takeDirty): {sizeBytes, mtimeMs, dirty, forwarding}.
+  Napi::Value StageInfo(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t id;
+    if (!ArgU64(info, 0, "id", &id)) return env.Undefined();
+    const bool take = info.Length() > 1 && info[1].ToBoolean().Value();
+    engine::Stager* st = LiveStager(env);
+    if (st == nullptr) return env.Undefined();
+    engine::StageInfo i;
+    const Status s = st->Info(id, take, &i);
+    if (s != Status::kOk) {
+      ThrowStatus(env, s, "stageInfo: no such stage");
+      return env.Undefined();
+    }
+    return InfoObject(env, i);
+  }
+
+  // stageFreeze(id): info; the stage takes no more writes (they reach JS).
+  Napi::Value StageFreeze(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t id;
+    if (!ArgU64(info, 0, "id", &id)) return env.Undefined();
+    engine::Stager* st = LiveStager(env);
+    if (st == nullptr) return env.Undefined();
+    engine::StageInfo i;
+    const Status s = st->Freeze(id, &i);
+    if (s != Status::kOk) {
+      ThrowStatus(env, s, "stageFreeze: no such stage");
+      return env.Undefined();
+    }
+    return InfoObject(env, i);
+  }
+
+  // stageRead(id, offsetBytes, target: Buffer): bytes copied.
+  Napi::Value StageRead(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t id, offset;
+    if (!ArgU64(info, 0, "id", &id) || !ArgU64(info, 1, "offsetBytes", &offset)) return env.Undefined();
+    if (info.Length() < 3 || !info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+      ThrowCode(env, "EINVAL", "target must be a Buffer");
+      return env.Undefined();
+    }
+    engine::Stager* st = LiveStager(env);
+    if (st == nullptr) return env.Undefined();
+    Napi::Uint8Array target = info[2].As<Napi::Uint8Array>();
+    uint64_t n = 0;
+    const Status s = st->Read(id, offset, target.Data(), target.ByteLength(), &n);
+    if (s != Status::kOk) {
+      ThrowStatus(env, s, "stageRead: no such stage, or its bytes were sealed away");
+      return env.Undefined();
+    }
+    return Napi::Number::New(env, static_cast<double>(n));
+  }
+
+  // stageSeal(id): Promise<{handle, sizeBytes, sha256}>, hashed and settled on a worker thread.
+  Napi::Value StageSeal(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t id;
+    if (!ArgU64(info, 0, "id", &id)) return env.Undefined();
+    if (LiveStager(env) == nullptr) return env.Undefined();
+    class SealWorker : public PromiseWorker {
+     public:
+      SealWorker(Napi::Env env, std::shared_ptr<Session> session, uint64_t id)
+          : PromiseWorker(env, "cascade-stage-seal"), session_(std::move(session)), id_(id) {}
+      void Execute() override {
+        status_ = session_->stager()->Seal(id_, &sealed_);
+        if (status_ != Status::kOk) message_ = "stageSeal: the stage is gone or could not be hashed";
+      }
+      Napi::Value Result() override {
+        Napi::Object o = Napi::Object::New(Env());
+        o.Set("handle", static_cast<double>(sealed_.handle));
+        o.Set("sizeBytes", static_cast<double>(sealed_.sizeBytes));
+        o.Set("sha256", sealed_.sha256Hex);
+        return o;
+      }
+
+     private:
+      std::shared_ptr<Session> session_;  // keeps the stager alive while the worker runs
+      uint64_t id_;
+      engine::Sealed sealed_;
+    };
+    auto* w = new SealWorker(env, session_, id);
+    Napi::Promise p = w->Promise();
+    w->Queue();
+    return p;
+  }
+
+  // stageDrop(id): forget it; its block (if it still has one) is freed.
+  Napi::Value StageDrop(const Napi::CallbackInfo& info) {
+    uint64_t id;
+    if (!ArgU64(info, 0, "id", &id)) return info.Env().Undefined();
+    if (session_ && session_->stager()) session_->stager()->Drop(id);
     return info.Env().Undefined();
   }
 

@@ -340,6 +340,83 @@ Status Arena::Free(uint64_t handle) {
   return Status::kOk;
 }
 
+Status Arena::Grow(uint64_t handle, uint64_t sizeBytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t index;
+  Status s = Lookup(handle, &index);
+  if (s != Status::kOk) return s;
+  Slot& slot = slots_[index];
+  if (slot.slabClass != 0 || slot.copiesInFlight != 0) return Status::kInvalid;
+  if (sizeBytes <= slot.sizeBytes) return Status::kOk;
+  if (sizeBytes > capacityBytes_) {
+    counters_.noSpaceFailures++;
+    return Status::kNoSpace;
+  }
+  uint64_t held = 0;
+  for (const Extent& e : slot.runs) held += e.lengthBytes;
+  const uint64_t need = (sizeBytes + pageBytes_ - 1) / pageBytes_ * pageBytes_;
+  if (need > held) {
+    std::vector<Extent> more;
+    if (slot.runs.size() >= kExtentsPerBlockMax || !TakePages((need - held) / pageBytes_, &more)) {
+      counters_.noSpaceFailures++;
+      return Status::kNoSpace;
+    }
+    uint64_t at = held;
+    for (const Extent& e : more) {
+      slot.runs.push_back(e);
+      slot.blockOffsets.push_back(at);
+      at += e.lengthBytes;
+    }
+    slotBytes_ += need - held;
+  }
+  blockBytes_ += sizeBytes - slot.sizeBytes;
+  slot.sizeBytes = sizeBytes;
+  return Status::kOk;
+}
+
+Status Arena::Settle(uint64_t handle, uint64_t sizeBytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t index;
+  Status s = Lookup(handle, &index);
+  if (s != Status::kOk) return s;
+  Slot& slot = slots_[index];
+  if (slot.slabClass != 0 || slot.copiesInFlight != 0 || sizeBytes > slot.sizeBytes) return Status::kInvalid;
+  uint64_t held = 0;
+  for (const Extent& e : slot.runs) held += e.lengthBytes;
+  const uint32_t slabClass = SlabClassFor(sizeBytes);
+  Extent small;
+  if (slabClass != 0 && TakeSlabSlot(slabClass, &small)) {
+    // Small: into a slab slot (a copy of under half a page), the pages go back.
+    memcpy(base_ + small.arenaOffsetBytes, base_ + slot.runs[0].arenaOffsetBytes, sizeBytes);
+    for (const Extent& e : slot.runs) ReturnRun(e.arenaOffsetBytes / pageBytes_, e.lengthBytes / pageBytes_);
+    slot.runs.assign(1, small);
+    slot.blockOffsets.assign(1, 0);
+    slot.slabClass = slabClass;
+    slotBytes_ = slotBytes_ - held + small.lengthBytes;
+  } else {
+    // Whole pages: the tail pages past the last byte go back (a 0-byte block keeps none).
+    const uint64_t keep = (sizeBytes + pageBytes_ - 1) / pageBytes_ * pageBytes_;
+    uint64_t at = 0;
+    size_t i = 0;
+    for (; i < slot.runs.size() && at < keep; i++) {
+      Extent& e = slot.runs[i];
+      if (at + e.lengthBytes > keep) {
+        const uint64_t cut = at + e.lengthBytes - keep;
+        ReturnRun((e.arenaOffsetBytes + e.lengthBytes - cut) / pageBytes_, cut / pageBytes_);
+        e.lengthBytes -= cut;
+      }
+      at += e.lengthBytes;
+    }
+    for (size_t j = i; j < slot.runs.size(); j++) ReturnRun(slot.runs[j].arenaOffsetBytes / pageBytes_, slot.runs[j].lengthBytes / pageBytes_);
+    slot.runs.resize(i);
+    slot.blockOffsets.resize(i);
+    slotBytes_ = slotBytes_ - held + keep;
+  }
+  blockBytes_ = blockBytes_ - slot.sizeBytes + sizeBytes;
+  slot.sizeBytes = sizeBytes;
+  return Status::kOk;
+}
+
 Status Arena::BeginCopy(uint64_t handle, Slot** out) {
   std::lock_guard<std::mutex> lock(mutex_);
   uint32_t index;

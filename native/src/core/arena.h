@@ -96,6 +96,13 @@ class Arena {
   Status Allocate(uint64_t sizeBytes, uint64_t* handle);
   // Release a block. Later use of the handle is kStale.
   Status Free(uint64_t handle);
+  // A block being written (engine/stage.h) grows in whole pages to sizeBytes (never shrinks here);
+  // kNoSpace leaves it as it was. Only for whole-page blocks with no copy in flight: the caller owns
+  // the block exclusively until it is named.
+  Status Grow(uint64_t handle, uint64_t sizeBytes);
+  // Settle a written block at its final sizeBytes (<= its size): surplus pages go back, and a block
+  // small enough for a slab slot moves into one (its bytes copied), so a 4 KiB file takes 4 KiB.
+  Status Settle(uint64_t handle, uint64_t sizeBytes);
   // Copy into / out of a block at offsetBytes. Write must stay inside the block (kRange otherwise);
   // Read is clipped at the block's end and reports the bytes copied.
   Status Write(uint64_t handle, uint64_t offsetBytes, const uint8_t* source, uint64_t lengthBytes);

@@ -102,14 +102,24 @@ Status Session::Mount(const SessionOptions& options, Forward forward, OnInit onI
     return Status::kInvalid;
   }
   std::unique_ptr<Session> s(new Session(options, std::move(forward), std::move(onInit)));
-  if (options.arenaFd >= 0) {
+  if (options.arena) {
+    s->arenaBase_ = options.arena->base();
+    s->arenaLength_ = options.arena->capacityBytes();
+    if (options.maxBlockBytes == 0) {
+      *error = "maxBlockBytes must be set with an arena";
+      return Status::kInvalid;
+    }
+    s->stager_.reset(new Stager(options.arena, options.maxBlockBytes, options.hashThreads));
+  } else if (options.arenaFd >= 0) {
     Mapping* m = nullptr;
     std::string why;
     if (Mapping::Open("/proc/self/fd/" + std::to_string(options.arenaFd), &m, &why) != Status::kOk) {
       *error = "cannot map the DRAM arena: " + why;
       return Status::kIo;
     }
-    s->arena_.reset(m);
+    s->arenaMapping_.reset(m);
+    s->arenaBase_ = m->base();
+    s->arenaLength_ = m->lengthBytes();
   }
   s->stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (s->stopFd_ < 0) {
@@ -217,6 +227,9 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
     case FUSE_READ:
       if (ServeRead(message, lengthBytes)) return;
       break;
+    case FUSE_WRITE:
+      if (ServeWrite(message, lengthBytes)) return;
+      break;
     case FUSE_FLUSH: {
       if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_flush_in)) {
         const uint64_t fh = reinterpret_cast<const fuse_flush_in*>(message + sizeof(fuse_in_header))->fh;
@@ -236,7 +249,9 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
     case FUSE_RELEASE: {
       // Drop the source before the embedder can reuse the handle number (it answers the release).
       if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_release_in)) {
-        ClearReadSource(reinterpret_cast<const fuse_release_in*>(message + sizeof(fuse_in_header))->fh);
+        const uint64_t fh = reinterpret_cast<const fuse_release_in*>(message + sizeof(fuse_in_header))->fh;
+        ClearReadSource(fh);
+        if (stager_) stager_->DetachHandle(fh);
       }
       break;
     }
@@ -301,8 +316,24 @@ void Session::HandleInit(const uint8_t* message, size_t lengthBytes) {
   onInit_(st == Status::kOk, st == Status::kOk ? "" : "the INIT reply failed");
 }
 
+bool Session::ServeWrite(const uint8_t* message, size_t lengthBytes) {
+  if (!stager_ || lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_write_in)) return false;
+  const auto* hdr = reinterpret_cast<const fuse_in_header*>(message);
+  const auto* in = reinterpret_cast<const fuse_write_in*>(message + sizeof(fuse_in_header));
+  const size_t header = sizeof(fuse_in_header) + sizeof(fuse_write_in);
+  if (in->size > lengthBytes - header) return false;  // malformed: JS answers it
+  if (stager_->Write(in->fh, in->offset, message + header, in->size) != Status::kOk) return false;
+  servedWrites_.fetch_add(1, std::memory_order_relaxed);
+  servedWriteBytes_.fetch_add(in->size, std::memory_order_relaxed);
+  fuse_write_out out{};
+  out.size = in->size;
+  struct iovec iov = {&out, sizeof out};
+  Reply(hdr->unique, 0, &iov, 1);
+  return true;
+}
+
 bool Session::ServeRead(const uint8_t* message, size_t lengthBytes) {
-  if (arena_ == nullptr || lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_read_in)) return false;
+  if (arenaBase_ == nullptr || lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_read_in)) return false;
   const auto* hdr = reinterpret_cast<const fuse_in_header*>(message);
   const auto* in = reinterpret_cast<const fuse_read_in*>(message + sizeof(fuse_in_header));
   std::shared_ptr<const ReadSource> src;
@@ -323,7 +354,7 @@ bool Session::ServeRead(const uint8_t* message, size_t lengthBytes) {
       if (count == kReplyIovMax - 1) return false;  // too fragmented to answer in one writev: JS copies
       const uint64_t within = want - pos;
       const uint64_t n = std::min(length - within, end - want);
-      iov[count++] = {const_cast<uint8_t*>(arena_->base()) + arenaOffset + within, static_cast<size_t>(n)};
+      iov[count++] = {const_cast<uint8_t*>(arenaBase_) + arenaOffset + within, static_cast<size_t>(n)};
       want += n;
     }
     pos += length;
@@ -364,11 +395,11 @@ Status Session::Reply(uint64_t unique, int32_t error, const struct iovec* payloa
 void Session::ReplyError(uint64_t unique, int32_t error) { Reply(unique, error, nullptr, 0); }
 
 Status Session::SetReadSource(uint64_t fh, ReadSource source) {
-  if (arena_ == nullptr) return Status::kClosed;
+  if (arenaBase_ == nullptr) return Status::kClosed;
   if (source.extents.size() > kExtentsPerSourceMax) return Status::kInvalid;
   uint64_t total = 0;
   for (const auto& [offset, length] : source.extents) {
-    if (offset > arena_->lengthBytes() || length > arena_->lengthBytes() - offset) return Status::kRange;
+    if (offset > arenaLength_ || length > arenaLength_ - offset) return Status::kRange;
     total += length;
   }
   if (total < source.sizeBytes) return Status::kRange;
@@ -409,12 +440,12 @@ Status Session::CloseBacking(int32_t backingId) {
 }
 
 Status Session::WriteArenaTo(int fd, const ReadSource& source, std::string* error) const {
-  if (arena_ == nullptr) return Status::kClosed;
+  if (arenaBase_ == nullptr) return Status::kClosed;
   uint64_t at = 0;
   for (const auto& [offset, length] : source.extents) {
     if (at >= source.sizeBytes) break;
-    if (offset > arena_->lengthBytes() || length > arena_->lengthBytes() - offset) return Status::kRange;
-    const uint8_t* p = arena_->base() + offset;
+    if (offset > arenaLength_ || length > arenaLength_ - offset) return Status::kRange;
+    const uint8_t* p = arenaBase_ + offset;
     uint64_t left = std::min(length, source.sizeBytes - at);
     while (left > 0) {
       const ssize_t n = pwrite(fd, p, static_cast<size_t>(left), static_cast<off_t>(at));
@@ -444,6 +475,8 @@ SessionStats Session::stats() const {
   s.servedReads = servedReads_.load();
   s.servedReadBytes = servedReadBytes_.load();
   s.servedFlushes = servedFlushes_.load();
+  s.servedWrites = servedWrites_.load();
+  s.servedWriteBytes = servedWriteBytes_.load();
   s.replyErrors = replyErrors_.load();
   return s;
 }

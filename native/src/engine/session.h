@@ -18,8 +18,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include "../core/arena.h"
 #include "../core/mapping.h"
 #include "../core/status.h"
+#include "stage.h"
 
 namespace cascade::engine {
 
@@ -41,6 +43,11 @@ struct SessionOptions {
   uint32_t uid = 0;
   uint32_t gid = 0;
   int arenaFd = -1;  // the DRAM arena, mapped read-only for served reads; -1: none
+  // The DRAM arena itself: reads are served from its mapping (arenaFd is then unused), and writes of
+  // handles the embedder attaches to a stage land in it (stage.h). Null: no native writes.
+  std::shared_ptr<Arena> arena;
+  uint64_t maxBlockBytes = 0;  // a staged file grows to at most this
+  unsigned hashThreads = 2;
 };
 
 // What INIT settled.
@@ -61,6 +68,8 @@ struct SessionStats {
   uint64_t servedReads = 0;
   uint64_t servedReadBytes = 0;
   uint64_t servedFlushes = 0;
+  uint64_t servedWrites = 0;
+  uint64_t servedWriteBytes = 0;
   uint64_t replyErrors = 0;
 };
 
@@ -99,7 +108,9 @@ class Session {
 
   Negotiated negotiated() const;
   SessionStats stats() const;
-  bool mapsArena() const { return arena_ != nullptr; }
+  bool mapsArena() const { return arenaBase_ != nullptr; }
+  // Native writes (null without options.arena).
+  Stager* stager() const { return stager_.get(); }
   // Copies block bytes from the arena (extents as in ReadSource) into fd from offset 0: the backing
   // file of a passthrough open. Blocking; the binding runs it on a worker thread.
   Status WriteArenaTo(int fd, const ReadSource& source, std::string* error) const;
@@ -110,6 +121,7 @@ class Session {
   void Handle(uint8_t* message, size_t lengthBytes);
   void HandleInit(const uint8_t* message, size_t lengthBytes);
   bool ServeRead(const uint8_t* message, size_t lengthBytes);
+  bool ServeWrite(const uint8_t* message, size_t lengthBytes);
   void ReplyError(uint64_t unique, int32_t error);
 
   const SessionOptions options_;
@@ -118,7 +130,10 @@ class Session {
   int fd_ = -1;
   int stopFd_ = -1;  // eventfd: wakes the workers' poll() at shutdown
   bool mounted_ = false;
-  std::unique_ptr<Mapping> arena_;
+  std::unique_ptr<Mapping> arenaMapping_;  // arenaFd's mapping, when the arena itself was not given
+  const uint8_t* arenaBase_ = nullptr;
+  uint64_t arenaLength_ = 0;
+  std::unique_ptr<Stager> stager_;
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> unmounted_{false};
@@ -131,7 +146,7 @@ class Session {
   mutable std::shared_mutex negotiatedMutex_;
   Negotiated negotiated_;
 
-  std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, replyErrors_{0};
+  std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0};
 };
 
 }  // namespace cascade::engine

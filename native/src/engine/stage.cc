@@ -1,0 +1,337 @@
+#include "stage.h"
+
+#include <string.h>
+#include <time.h>
+
+#include <algorithm>
+
+#include "../core/check.h"
+#include "../core/sha256.h"
+
+namespace cascade::engine {
+
+namespace {
+
+int64_t NowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+}  // namespace
+
+struct Stager::Stage {
+  std::mutex mutex;
+  std::condition_variable idle;  // the hasher let go of it (queued went false)
+  uint64_t id = 0;
+  uint64_t handle = 0;  // the arena block; 0 once sealed away or dropped
+  uint64_t capacityBytes = 0;
+  std::vector<Extent> runs;  // the block's pages in block order, covering capacityBytes
+  std::vector<uint64_t> runOffsets;
+  uint64_t sizeBytes = 0;
+  int64_t mtimeMs = 0;
+  bool dirty = false;
+  bool forwarding = false;
+  bool dropped = false;
+  // The incremental hash covers [0, hashedBytes) while hashValid (writes so far came in order).
+  Sha256 sha;
+  uint64_t hashedBytes = 0;
+  bool hashValid = true;
+  bool queued = false;  // waiting for or held by a hasher
+  std::vector<uint64_t> fhs;  // FUSE handles routed here (under Stager::mutex_)
+};
+
+Stager::Stager(std::shared_ptr<Arena> arena, uint64_t maxBlockBytes, unsigned hashThreads)
+    : arena_(std::move(arena)), maxBlockBytes_(maxBlockBytes) {
+  Check(arena_ != nullptr, "a stager stages into an arena");
+  const unsigned n = std::max(1u, std::min(hashThreads, kHashThreadsMax));
+  for (unsigned i = 0; i < n; i++) hashers_.emplace_back([this] { HashWorker(); });
+}
+
+Stager::~Stager() {
+  {
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    stopping_ = true;
+  }
+  queueReady_.notify_all();
+  for (auto& t : hashers_) t.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [id, stage] : stages_) {
+    std::lock_guard<std::mutex> l(stage->mutex);
+    if (stage->handle != 0) arena_->Free(stage->handle);
+    stage->handle = 0;
+    stage->queued = false;  // left in the queue: a Seal waiting on it ends (kStale)
+    stage->idle.notify_all();
+  }
+}
+
+size_t Stager::stages() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stages_.size();
+}
+
+std::shared_ptr<Stager::Stage> Stager::Find(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = stages_.find(id);
+  return it == stages_.end() ? nullptr : it->second;
+}
+
+Status Stager::Create(uint64_t* id) {
+  auto stage = std::make_shared<Stage>();
+  if (!stage->sha.ok()) return Status::kIo;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stages_.size() >= kStagesMax) return Status::kNoSpace;
+  Status s = arena_->Allocate(0, &stage->handle);
+  if (s != Status::kOk) return s;
+  stage->id = nextId_++;
+  stage->mtimeMs = NowMs();
+  stages_[stage->id] = stage;
+  *id = stage->id;
+  return Status::kOk;
+}
+
+Status Stager::Attach(uint64_t fh, uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = stages_.find(id);
+  if (it == stages_.end()) return Status::kStale;
+  if (byHandle_.size() >= kStageHandlesMax && byHandle_.count(fh) == 0) return Status::kNoSpace;
+  byHandle_[fh] = it->second;
+  it->second->fhs.push_back(fh);
+  return Status::kOk;
+}
+
+void Stager::DetachHandle(uint64_t fh) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = byHandle_.find(fh);
+  if (it == byHandle_.end()) return;
+  auto& fhs = it->second->fhs;
+  fhs.erase(std::remove(fhs.begin(), fhs.end(), fh), fhs.end());
+  byHandle_.erase(it);
+}
+
+Status Stager::Write(uint64_t fh, uint64_t offsetBytes, const uint8_t* data, uint64_t lengthBytes) {
+  std::shared_ptr<Stage> stage;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = byHandle_.find(fh);
+    if (it == byHandle_.end()) return Status::kStale;
+    stage = it->second;
+  }
+  std::unique_lock<std::mutex> lock(stage->mutex);
+  if (stage->forwarding || stage->handle == 0) return Status::kBusy;
+  if (offsetBytes > maxBlockBytes_ || lengthBytes > maxBlockBytes_ - offsetBytes) {
+    stage->forwarding = true;  // JS answers EFBIG, as it would for its own staging
+    return Status::kRange;
+  }
+  const uint64_t end = offsetBytes + lengthBytes;
+  if (end > stage->capacityBytes) {
+    // Doubling: a file written in 128 KiB pieces grows O(log n) times; Seal gives the surplus back.
+    const uint64_t doubled = std::max(end, stage->capacityBytes * 2);
+    Status s = arena_->Grow(stage->handle, std::min(doubled, maxBlockBytes_));
+    if (s != Status::kOk) s = arena_->Grow(stage->handle, end);
+    uint64_t size = 0;
+    std::vector<Extent> runs;
+    if (s == Status::kOk) s = arena_->Describe(stage->handle, &size, &runs);
+    if (s != Status::kOk) {
+      stage->forwarding = true;  // no pages for it: JS stages it in its own memory from here
+      return Status::kNoSpace;
+    }
+    stage->capacityBytes = size;
+    stage->runs = std::move(runs);
+    stage->runOffsets.clear();
+    uint64_t at = 0;
+    for (const Extent& e : stage->runs) {
+      stage->runOffsets.push_back(at);
+      at += e.lengthBytes;
+    }
+    Check(at == size, "a stage's runs cover its capacity");
+  }
+  uint8_t* base = arena_->base();
+  // Copy [from, to) of the block from src (zeros when src is null).
+  auto put = [&](uint64_t from, uint64_t to, const uint8_t* src) {
+    auto it = std::upper_bound(stage->runOffsets.begin(), stage->runOffsets.end(), from);
+    for (size_t i = static_cast<size_t>(it - stage->runOffsets.begin()) - 1; from < to; i++) {
+      Check(i < stage->runs.size(), "runs cover the write");
+      const uint64_t within = from - stage->runOffsets[i];
+      const uint64_t n = std::min(stage->runs[i].lengthBytes - within, to - from);
+      uint8_t* dst = base + stage->runs[i].arenaOffsetBytes + within;
+      if (src == nullptr) memset(dst, 0, n);
+      else memcpy(dst, src, n), src += n;
+      from += n;
+    }
+  };
+  if (offsetBytes > stage->sizeBytes) put(stage->sizeBytes, offsetBytes, nullptr);  // a hole reads as zeros
+  put(offsetBytes, end, data);
+  // A rewrite of bytes already written: the incremental hash no longer matches; Seal hashes it all.
+  if (offsetBytes < stage->sizeBytes) stage->hashValid = false;
+  stage->sizeBytes = std::max(stage->sizeBytes, end);
+  stage->dirty = true;
+  stage->mtimeMs = NowMs();
+  writes_.fetch_add(1, std::memory_order_relaxed);
+  writeBytes_.fetch_add(lengthBytes, std::memory_order_relaxed);
+  if (stage->hashValid && !stage->queued && stage->hashedBytes < stage->sizeBytes) Enqueue(stage);
+  return Status::kOk;
+}
+
+void Stager::Enqueue(const std::shared_ptr<Stage>& stage) {
+  stage->queued = true;
+  {
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    queue_.push_back(stage);
+  }
+  queueReady_.notify_one();
+}
+
+void Stager::HashWorker() {
+  for (;;) {
+    std::shared_ptr<Stage> stage;
+    {
+      std::unique_lock<std::mutex> lock(queueMutex_);
+      queueReady_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      stage = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::unique_lock<std::mutex> lock(stage->mutex);
+    while (!stage->dropped && stage->hashValid && stage->handle != 0 && stage->hashedBytes < stage->sizeBytes) {
+      const uint64_t from = stage->hashedBytes, to = stage->sizeBytes;
+      const std::vector<Extent> runs = stage->runs;  // Grow may replace the vector meanwhile
+      lock.unlock();
+      HashRange(stage.get(), runs, from, to);
+      lock.lock();
+      if (stage->hashValid) stage->hashedBytes = to;
+    }
+    if (stage->dropped && stage->handle != 0) {
+      arena_->Free(stage->handle);  // dropped while hashed: freed here, after the last read of it
+      stage->handle = 0;
+    }
+    stage->queued = false;
+    stage->idle.notify_all();
+  }
+}
+
+void Stager::HashRange(Stage* stage, const std::vector<Extent>& runs, uint64_t from, uint64_t to) {
+  const uint8_t* base = arena_->base();
+  uint64_t at = 0;
+  for (const Extent& e : runs) {
+    if (from >= to) break;
+    if (from < at + e.lengthBytes) {
+      const uint64_t within = from - at;
+      const uint64_t n = std::min(e.lengthBytes - within, to - from);
+      // Only the hasher holding the stage (queued) updates its Sha256.
+      if (stage->sha.Update(base + e.arenaOffsetBytes + within, n) != Status::kOk) {
+        std::lock_guard<std::mutex> lock(stage->mutex);
+        stage->hashValid = false;  // Seal hashes it all instead
+        return;
+      }
+      from += n;
+    }
+    at += e.lengthBytes;
+  }
+}
+
+Status Stager::Info(uint64_t id, bool takeDirty, StageInfo* info) {
+  auto stage = Find(id);
+  if (!stage) return Status::kStale;
+  std::lock_guard<std::mutex> lock(stage->mutex);
+  info->sizeBytes = stage->sizeBytes;
+  info->mtimeMs = stage->mtimeMs;
+  info->dirty = stage->dirty;
+  info->forwarding = stage->forwarding;
+  if (takeDirty) stage->dirty = false;
+  return Status::kOk;
+}
+
+Status Stager::Freeze(uint64_t id, StageInfo* info) {
+  auto stage = Find(id);
+  if (!stage) return Status::kStale;
+  std::lock_guard<std::mutex> lock(stage->mutex);
+  stage->forwarding = true;
+  info->sizeBytes = stage->sizeBytes;
+  info->mtimeMs = stage->mtimeMs;
+  info->dirty = stage->dirty;
+  info->forwarding = true;
+  return Status::kOk;
+}
+
+Status Stager::Read(uint64_t id, uint64_t offsetBytes, uint8_t* target, uint64_t lengthBytes, uint64_t* copiedBytes) {
+  *copiedBytes = 0;
+  auto stage = Find(id);
+  if (!stage) return Status::kStale;
+  std::lock_guard<std::mutex> lock(stage->mutex);
+  if (stage->handle == 0) return Status::kStale;
+  if (offsetBytes >= stage->sizeBytes) return Status::kOk;
+  const uint64_t want = std::min(lengthBytes, stage->sizeBytes - offsetBytes);
+  const uint8_t* base = arena_->base();
+  uint64_t done = 0;
+  auto it = std::upper_bound(stage->runOffsets.begin(), stage->runOffsets.end(), offsetBytes);
+  for (size_t i = static_cast<size_t>(it - stage->runOffsets.begin()) - 1; done < want; i++) {
+    Check(i < stage->runs.size(), "runs cover the read");
+    const uint64_t within = offsetBytes + done - stage->runOffsets[i];
+    const uint64_t n = std::min(stage->runs[i].lengthBytes - within, want - done);
+    memcpy(target + done, base + stage->runs[i].arenaOffsetBytes + within, n);
+    done += n;
+  }
+  *copiedBytes = want;
+  return Status::kOk;
+}
+
+Status Stager::Seal(uint64_t id, Sealed* sealed) {
+  auto stage = Find(id);
+  if (!stage) return Status::kStale;
+  std::unique_lock<std::mutex> lock(stage->mutex);
+  if (stage->handle == 0) return Status::kStale;
+  stage->forwarding = true;  // from now on the content is fixed
+  stage->idle.wait(lock, [&] { return !stage->queued; });
+  if (stage->handle == 0) return Status::kStale;
+  std::string hex;
+  if (stage->hashValid && stage->hashedBytes == stage->sizeBytes) {
+    if (stage->sha.HexDigest(&hex) != Status::kOk) return Status::kIo;
+  } else {
+    // Out of order: hash it all now (under the lock: nothing else may touch the bytes).
+    Sha256 whole;
+    uint64_t left = stage->sizeBytes;
+    for (size_t i = 0; left > 0 && i < stage->runs.size(); i++) {
+      const uint64_t n = std::min(stage->runs[i].lengthBytes, left);
+      if (whole.Update(arena_->base() + stage->runs[i].arenaOffsetBytes, n) != Status::kOk) return Status::kIo;
+      left -= n;
+    }
+    if (!whole.ok() || whole.HexDigest(&hex) != Status::kOk) return Status::kIo;
+  }
+  // The block leaves at capacityBytes; settle it at the file's size.
+  Status s = arena_->Settle(stage->handle, stage->sizeBytes);
+  if (s != Status::kOk) return s;
+  sealed->handle = stage->handle;
+  sealed->sizeBytes = stage->sizeBytes;
+  sealed->sha256Hex = std::move(hex);
+  stage->handle = 0;
+  stage->runs.clear();
+  stage->runOffsets.clear();
+  stage->capacityBytes = 0;
+  return Status::kOk;
+}
+
+void Stager::Drop(uint64_t id) {
+  std::shared_ptr<Stage> stage;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = stages_.find(id);
+    if (it == stages_.end()) return;
+    stage = it->second;
+    stages_.erase(it);
+    for (uint64_t fh : stage->fhs) {
+      auto h = byHandle_.find(fh);
+      if (h != byHandle_.end() && h->second == stage) byHandle_.erase(h);
+    }
+    stage->fhs.clear();
+  }
+  std::lock_guard<std::mutex> lock(stage->mutex);
+  stage->dropped = true;
+  stage->forwarding = true;
+  if (!stage->queued && stage->handle != 0) {
+    arena_->Free(stage->handle);
+    stage->handle = 0;
+  }  // else the hasher frees it when it lets go
+}
+
+}  // namespace cascade::engine
