@@ -345,9 +345,13 @@ export class CascadeFs implements CascadeFsOps {
   async create(path: string, mode: number, _flags: number): Promise<Handle> {
     const rel = this.kvRel(path, 'create');
     this.checkFileName(rel);
-    if ((await this.kindOf(rel)) === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
+    const kind = await this.kindOf(rel);
+    if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     // An existing file keeps its inode number (O_CREAT|O_TRUNC rewrites it); a new one gets a fresh one.
-    const ino = await this.fileIno(rel);
+    // On one node the tree knows every name the store has (but one unlinked while open): a name it
+    // lacks is new, with no store lookup.
+    const known = kind !== undefined || this.options.sharedNamespace === true || this.pendingDelete.has(rel);
+    const ino = known ? await this.fileIno(rel) : await this.inodes.take();
     this.tree.addFile(rel); // EISDIR if a directory took the name meanwhile
     this.pendingDelete.delete(rel); // re-created after an unlink while open: the new file continues the name
     if ((mode & 0o7777) !== 0o644) this.modes.set(rel, mode & 0o7777);
@@ -789,7 +793,7 @@ export class CascadeFs implements CascadeFsOps {
     this.stagingBytes -= st.data.length;
     st.data = Buffer.alloc(0);
     // A created file whose commit failed, and that has no committed version, vanishes.
-    if (!st.orphaned && !(await this.exists(st.name)) && !this.staging.has(st.name)) this.tree.removeFile(st.name);
+    if (!st.orphaned && st.committed === undefined && !(await this.exists(st.name)) && !this.staging.has(st.name)) this.tree.removeFile(st.name);
   }
 
   // ---- native write staging (the native engine's stager) ---------------------------------------

@@ -270,7 +270,11 @@ export class NativeFuseEngine {
         info: (id, takeDirty) => session.stageInfo(id, takeDirty),
         freeze: (id) => session.stageFreeze(id),
         read: (id, offsetBytes, target) => session.stageRead(id, offsetBytes, target),
-        seal: (id) => session.stageSeal(id),
+        // Most files are hashed by the time they are closed: sealed here, without a trip to a worker.
+        seal: (id) => {
+          const now = session.stageTrySeal(id);
+          return now !== undefined ? Promise.resolve(now) : session.stageSeal(id);
+        },
         drop: (id) => session.stageDrop(id),
       });
     }

@@ -241,6 +241,8 @@ export interface NativeFuseSessionBinding {
   stageRead(id: number, offsetBytes: number, target: Uint8Array): number;
   /** Hash (waits for the hashers) and hand over the content as an arena block; writes reach JS from now on. */
   stageSeal(id: number): Promise<NativeSealedBlock>;
+  /** As stageSeal, now on this thread when the hashers are done (or the file is tiny); else undefined. */
+  stageTrySeal(id: number): NativeSealedBlock | undefined;
   /** Forget the stage, freeing its block if it still owns one. */
   stageDrop(id: number): void;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -515,6 +516,21 @@ void TestStager() {
     EXPECT(Sha256Hex(want.data(), want.size(), &hex) == Status::kOk && sealed.sha256Hex == hex);
     EXPECT(arena->Free(sealed.handle) == Status::kOk);
     st.Drop(id2);
+
+    // TrySeal: sealed on the calling thread once the hashers are done (never a wrong digest meanwhile).
+    uint64_t id4;
+    EXPECT(st.Create(&id4) == Status::kOk && st.Attach(44, id4) == Status::kOk);
+    EXPECT(st.Write(44, 0, data.data(), data.size()) == Status::kOk);
+    bool done = false;
+    for (int i = 0; i < 10000 && !done; i++) {
+      EXPECT(st.TrySeal(id4, &sealed, &done) == Status::kOk);
+      if (!done) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    EXPECT(done && sealed.sizeBytes == data.size());
+    EXPECT(Sha256Hex(data.data(), data.size(), &hex) == Status::kOk && sealed.sha256Hex == hex);
+    EXPECT(st.Write(44, data.size(), data.data(), 10) == Status::kBusy);
+    EXPECT(arena->Free(sealed.handle) == Status::kOk);
+    st.Drop(id4);
 
     // No pages left: the write is refused and the stage forwards from then on.
     uint64_t id3;

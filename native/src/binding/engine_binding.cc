@@ -147,6 +147,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
                            InstanceMethod<&FuseSessionWrap::StageFreeze>("stageFreeze"),
                            InstanceMethod<&FuseSessionWrap::StageRead>("stageRead"),
                            InstanceMethod<&FuseSessionWrap::StageSeal>("stageSeal"),
+                           InstanceMethod<&FuseSessionWrap::StageTrySeal>("stageTrySeal"),
                            InstanceMethod<&FuseSessionWrap::StageDrop>("stageDrop"),
                        });
   }
@@ -522,6 +523,29 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     Napi::Promise p = w->Promise();
     w->Queue();
     return p;
+  }
+
+  // stageTrySeal(id): {handle, sizeBytes, sha256} sealed now on this thread, or undefined when the
+  // hashers are still at it (then stageSeal).
+  Napi::Value StageTrySeal(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t id;
+    if (!ArgU64(info, 0, "id", &id)) return env.Undefined();
+    engine::Stager* st = LiveStager(env);
+    if (st == nullptr) return env.Undefined();
+    engine::Sealed sealed;
+    bool done = false;
+    const Status s = st->TrySeal(id, &sealed, &done);
+    if (s != Status::kOk) {
+      ThrowStatus(env, s, "stageTrySeal: the stage is gone or could not be hashed");
+      return env.Undefined();
+    }
+    if (!done) return env.Undefined();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("handle", static_cast<double>(sealed.handle));
+    o.Set("sizeBytes", static_cast<double>(sealed.sizeBytes));
+    o.Set("sha256", sealed.sha256Hex);
+    return o;
   }
 
   // stageDrop(id): forget it; its block (if it still has one) is freed.

@@ -283,6 +283,23 @@ Status Stager::Seal(uint64_t id, Sealed* sealed) {
   if (stage->handle == 0) return Status::kStale;
   stage->forwarding = true;  // from now on the content is fixed
   stage->idle.wait(lock, [&] { return !stage->queued; });
+  return SealLocked(stage.get(), sealed);
+}
+
+Status Stager::TrySeal(uint64_t id, Sealed* sealed, bool* done) {
+  *done = false;
+  auto stage = Find(id);
+  if (!stage) return Status::kStale;
+  std::unique_lock<std::mutex> lock(stage->mutex);
+  if (stage->handle == 0) return Status::kStale;
+  const bool hashed = !stage->queued && stage->hashValid && stage->hashedBytes == stage->sizeBytes;
+  if (!hashed && (stage->queued || stage->sizeBytes > kSealInlineMaxBytes)) return Status::kOk;  // Seal() it
+  stage->forwarding = true;
+  *done = true;
+  return SealLocked(stage.get(), sealed);
+}
+
+Status Stager::SealLocked(Stage* stage, Sealed* sealed) {
   if (stage->handle == 0) return Status::kStale;
   std::string hex;
   if (stage->hashValid && stage->hashedBytes == stage->sizeBytes) {

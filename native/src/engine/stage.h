@@ -31,6 +31,8 @@ namespace cascade::engine {
 constexpr size_t kStagesMax = 1 << 16;         // files staged natively at once (then JS stages)
 constexpr size_t kStageHandlesMax = 1 << 20;   // open write handles on them
 constexpr unsigned kHashThreadsMax = 8;
+// TrySeal hashes a file written out of order on the calling (JS) thread up to this size (~40 us).
+constexpr uint64_t kSealInlineMaxBytes = 64 * 1024;
 
 struct StageInfo {
   uint64_t sizeBytes = 0;
@@ -70,6 +72,9 @@ class Stager {
   // Blocks until the content is hashed, then hands it over: the stage forwards writes from now on and
   // no longer owns the block (the caller frees or names it). Runs on a worker thread.
   Status Seal(uint64_t id, Sealed* sealed);
+  // Seal on the calling thread when that costs no wait: the hashers are done (or the file is small
+  // enough to hash here). *done false: nothing changed; call Seal on a worker.
+  Status TrySeal(uint64_t id, Sealed* sealed, bool* done);
   // Forget the stage and free its block (if it still owns one).
   void Drop(uint64_t id);
 
@@ -82,6 +87,7 @@ class Stager {
   std::shared_ptr<Stage> Find(uint64_t id) const;
   void Enqueue(const std::shared_ptr<Stage>& stage);  // under stage->mutex
   void HashWorker();
+  Status SealLocked(Stage* stage, Sealed* sealed);  // under stage->mutex, hashers idle
   // Hash stage bytes [from, to) through its extents (no lock held: bytes below sizeBytes that were
   // written in order are never rewritten while hashValid holds, and a rewrite clears it).
   void HashRange(Stage* stage, const std::vector<Extent>& runs, uint64_t from, uint64_t to);
