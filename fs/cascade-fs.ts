@@ -30,6 +30,8 @@ import { DirTree, split, type DirInfo } from './tree';
 import type { CascadeFsOps, DirEntry, FileAttr, FsStatfs, Handle, SealedBlock, WriteStager } from './types';
 
 const S_IFDIR = 0o040000;
+/** The smallest JS staging buffer: a file written in 128 KiB pieces starts without a regrowth. */
+const STAGING_MIN_BYTES = 128 * 1024;
 const S_IFREG = 0o100000;
 const O_ACCMODE = 3;
 const O_WRONLY = 1;
@@ -844,32 +846,40 @@ export class CascadeFs implements CascadeFsOps {
     try {
       const info = stager.freeze(id); // from here its writes reach write(), which waits at the gate
       const size = info.sizeBytes;
-      const capacity = Math.min(this.store.maxBlockBytes, Math.max(size, 128 * 1024));
-      if (this.stagingBytes + capacity > this.stagingCapacityBytes) {
-        throw new CascadeError('ENOSPC', `files being written hold ${this.stagingBytes} bytes; the staging limit is ${this.stagingCapacityBytes}`);
-      }
-      const data = allocLarge(capacity);
-      if (!st.nativeSealed) {
-        if (stager.read(id, 0, data.subarray(0, size)) !== size) throw new CascadeError('EIO', `staged bytes of ${st.name} are incomplete`);
-      } else if (size > 0) {
-        // Committed since: the content is the version that commit made.
-        const v = st.committed;
-        if (v === undefined || v.sizeBytes !== size) throw new CascadeError('EIO', `the committed content of ${st.name} is unknown`);
-        if ((await this.store.readContent(v, 0, data.subarray(0, size))) !== size) throw new CascadeError('EIO', `committed content of ${st.name} is incomplete`);
-      }
-      stager.drop(id);
-      st.native = undefined;
-      st.nativeSealed = false;
-      st.data = data;
-      this.stagingBytes += capacity;
-      st.sizeBytes = size;
+      await this.intoJsBuffer(st, size, async (target) => {
+        if (!st.nativeSealed) {
+          if (stager.read(id, 0, target) !== size) throw new CascadeError('EIO', `staged bytes of ${st.name} are incomplete`);
+        } else if (size > 0) {
+          // Committed since: the content is the version that commit made.
+          const v = st.committed;
+          if (v === undefined || v.sizeBytes !== size) throw new CascadeError('EIO', `the committed content of ${st.name} is unknown`);
+          if ((await this.store.readContent(v, 0, target)) !== size) throw new CascadeError('EIO', `committed content of ${st.name} is incomplete`);
+        }
+      });
       st.mtimeMs = info.mtimeMs;
       if (info.dirty) st.dirty = true;
-      st.hash = size === 0 ? new StreamHasher() : undefined; // the store hashes it at commit
     } finally {
       st.gate = undefined;
       open();
     }
+  }
+
+  /**
+   * Stage `st` in JS memory from here: a buffer for its sizeBytes of content, counted against the
+   * staging limit, filled by `fill`; its native stage (if any) is dropped. The store hashes it at commit.
+   */
+  private async intoJsBuffer(st: Staging, sizeBytes: number, fill: (target: Buffer) => Promise<void> | void): Promise<void> {
+    const capacity = Math.min(this.store.maxBlockBytes, Math.max(sizeBytes, STAGING_MIN_BYTES));
+    this.checkStagingRoom(capacity);
+    const data = allocLarge(capacity);
+    await fill(data.subarray(0, sizeBytes));
+    if (st.native !== undefined) this.stager?.drop(st.native);
+    st.native = undefined;
+    st.nativeSealed = false;
+    st.data = data;
+    this.stagingBytes += capacity;
+    st.sizeBytes = sizeBytes;
+    st.hash = sizeBytes === 0 ? new StreamHasher() : undefined;
   }
 
   /** Commit a native stage: its sealed arena block becomes the version, with no copy. Under the gate. */
@@ -894,14 +904,7 @@ export class CascadeFs implements CascadeFsOps {
     } catch (e) {
       // Keep the content for the retry at release: JS stages it from here.
       try {
-        const data = allocLarge(Math.max(block.sizeBytes, 128 * 1024));
-        this.store.readSealed(block, data);
-        stager.drop(id);
-        st.native = undefined;
-        st.data = data;
-        this.stagingBytes += data.length;
-        st.sizeBytes = block.sizeBytes;
-        st.hash = undefined;
+        await this.intoJsBuffer(st, block.sizeBytes, (target) => this.store.readSealed(block, target));
       } catch (e2) {
         this.log(`the content of ${st.name} was lost after a failed commit: ${String(e2)}`);
       }
@@ -945,17 +948,22 @@ export class CascadeFs implements CascadeFsOps {
     if (endBytes > this.store.maxBlockBytes) throw new CascadeError('EFBIG', `a file is at most ${this.store.maxBlockBytes} bytes`);
     if (endBytes <= st.data.length) return undefined;
     // Double, so a file written in 128 KiB pieces is copied O(log n) times, not once per write.
-    const capacity = Math.min(this.store.maxBlockBytes, Math.max(endBytes, st.data.length * 2, 128 * 1024));
+    const capacity = Math.min(this.store.maxBlockBytes, Math.max(endBytes, st.data.length * 2, STAGING_MIN_BYTES));
     const growth = capacity - st.data.length;
-    if (this.stagingBytes + growth > this.stagingCapacityBytes) {
-      throw new CascadeError('ENOSPC', `files being written hold ${this.stagingBytes} bytes; the staging limit is ${this.stagingCapacityBytes}`);
-    }
+    this.checkStagingRoom(growth);
     const next = allocLarge(capacity);
     this.stagingBytes += growth;
     if (!copy) return next;
     st.data.copy(next, 0, 0, st.sizeBytes);
     st.data = next;
     return undefined;
+  }
+
+  /** ENOSPC when files being written would hold more than the staging limit with `growthBytes` more. */
+  private checkStagingRoom(growthBytes: number): void {
+    if (this.stagingBytes + growthBytes > this.stagingCapacityBytes) {
+      throw new CascadeError('ENOSPC', `files being written hold ${this.stagingBytes} bytes; the staging limit is ${this.stagingCapacityBytes}`);
+    }
   }
 
   private resize(st: Staging, sizeBytes: number): void {

@@ -439,36 +439,32 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
   }
 
   // stageInfo(id, takeDirty): {sizeBytes, mtimeMs, dirty, forwarding}.
-  Napi::Value StageInfo(const Napi::CallbackInfo& info) {
+  Napi::Value StageInfo(const Napi::CallbackInfo& info) { return StageReport(info, false); }
+
+  // stageFreeze(id): info; the stage takes no more writes (they reach JS).
+  Napi::Value StageFreeze(const Napi::CallbackInfo& info) { return StageReport(info, true); }
+
+  Napi::Value StageReport(const Napi::CallbackInfo& info, bool freeze) {
     Napi::Env env = info.Env();
     uint64_t id;
     if (!ArgU64(info, 0, "id", &id)) return env.Undefined();
-    const bool take = info.Length() > 1 && info[1].ToBoolean().Value();
     engine::Stager* st = LiveStager(env);
     if (st == nullptr) return env.Undefined();
     engine::StageInfo i;
-    const Status s = st->Info(id, take, &i);
+    const Status s = freeze ? st->Freeze(id, &i) : st->Info(id, info.Length() > 1 && info[1].ToBoolean().Value(), &i);
     if (s != Status::kOk) {
-      ThrowStatus(env, s, "stageInfo: no such stage");
+      ThrowStatus(env, s, freeze ? "stageFreeze: no such stage" : "stageInfo: no such stage");
       return env.Undefined();
     }
     return InfoObject(env, i);
   }
 
-  // stageFreeze(id): info; the stage takes no more writes (they reach JS).
-  Napi::Value StageFreeze(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    uint64_t id;
-    if (!ArgU64(info, 0, "id", &id)) return env.Undefined();
-    engine::Stager* st = LiveStager(env);
-    if (st == nullptr) return env.Undefined();
-    engine::StageInfo i;
-    const Status s = st->Freeze(id, &i);
-    if (s != Status::kOk) {
-      ThrowStatus(env, s, "stageFreeze: no such stage");
-      return env.Undefined();
-    }
-    return InfoObject(env, i);
+  static Napi::Object SealedObject(Napi::Env env, const engine::Sealed& sealed) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("handle", static_cast<double>(sealed.handle));
+    o.Set("sizeBytes", static_cast<double>(sealed.sizeBytes));
+    o.Set("sha256", sealed.sha256Hex);
+    return o;
   }
 
   // stageRead(id, offsetBytes, target: Buffer): bytes copied.
@@ -506,13 +502,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
         status_ = session_->stager()->Seal(id_, &sealed_);
         if (status_ != Status::kOk) message_ = "stageSeal: the stage is gone or could not be hashed";
       }
-      Napi::Value Result() override {
-        Napi::Object o = Napi::Object::New(Env());
-        o.Set("handle", static_cast<double>(sealed_.handle));
-        o.Set("sizeBytes", static_cast<double>(sealed_.sizeBytes));
-        o.Set("sha256", sealed_.sha256Hex);
-        return o;
-      }
+      Napi::Value Result() override { return SealedObject(Env(), sealed_); }
 
      private:
       std::shared_ptr<Session> session_;  // keeps the stager alive while the worker runs
@@ -541,11 +531,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
       return env.Undefined();
     }
     if (!done) return env.Undefined();
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("handle", static_cast<double>(sealed.handle));
-    o.Set("sizeBytes", static_cast<double>(sealed.sizeBytes));
-    o.Set("sha256", sealed.sha256Hex);
-    return o;
+    return SealedObject(env, sealed);
   }
 
   // stageDrop(id): forget it; its block (if it still has one) is freed.

@@ -12,6 +12,23 @@ namespace cascade::engine {
 
 namespace {
 
+// Calls fn(bytes, length) for each piece of block bytes [from, to), in order, until it returns false;
+// runs are the block's pages in block order and offsets[i] the block offset of runs[i]'s first byte.
+// Returns whether every piece was visited.
+template <typename Fn>
+bool ForEachPiece(uint8_t* base, const std::vector<Extent>& runs, const std::vector<uint64_t>& offsets, uint64_t from, uint64_t to, Fn fn) {
+  if (from >= to) return true;
+  auto it = std::upper_bound(offsets.begin(), offsets.end(), from);
+  for (size_t i = static_cast<size_t>(it - offsets.begin()) - 1; from < to; i++) {
+    Check(i < runs.size(), "runs cover the bytes walked");
+    const uint64_t within = from - offsets[i];
+    const uint64_t n = std::min(runs[i].lengthBytes - within, to - from);
+    if (!fn(base + runs[i].arenaOffsetBytes + within, n)) return false;
+    from += n;
+  }
+  return true;
+}
+
 int64_t NowMs() {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -147,21 +164,18 @@ Status Stager::Write(uint64_t fh, uint64_t offsetBytes, const uint8_t* data, uin
     Check(at == size, "a stage's runs cover its capacity");
   }
   uint8_t* base = arena_->base();
-  // Copy [from, to) of the block from src (zeros when src is null).
-  auto put = [&](uint64_t from, uint64_t to, const uint8_t* src) {
-    auto it = std::upper_bound(stage->runOffsets.begin(), stage->runOffsets.end(), from);
-    for (size_t i = static_cast<size_t>(it - stage->runOffsets.begin()) - 1; from < to; i++) {
-      Check(i < stage->runs.size(), "runs cover the write");
-      const uint64_t within = from - stage->runOffsets[i];
-      const uint64_t n = std::min(stage->runs[i].lengthBytes - within, to - from);
-      uint8_t* dst = base + stage->runs[i].arenaOffsetBytes + within;
-      if (src == nullptr) memset(dst, 0, n);
-      else memcpy(dst, src, n), src += n;
-      from += n;
-    }
-  };
-  if (offsetBytes > stage->sizeBytes) put(stage->sizeBytes, offsetBytes, nullptr);  // a hole reads as zeros
-  put(offsetBytes, end, data);
+  if (offsetBytes > stage->sizeBytes) {  // a hole reads as zeros
+    ForEachPiece(base, stage->runs, stage->runOffsets, stage->sizeBytes, offsetBytes, [](uint8_t* p, uint64_t n) {
+      memset(p, 0, n);
+      return true;
+    });
+  }
+  const uint8_t* src = data;
+  ForEachPiece(base, stage->runs, stage->runOffsets, offsetBytes, end, [&](uint8_t* p, uint64_t n) {
+    memcpy(p, src, n);
+    src += n;
+    return true;
+  });
   // A rewrite of bytes already written: the incremental hash no longer matches; Seal hashes it all.
   if (offsetBytes < stage->sizeBytes) stage->hashValid = false;
   stage->sizeBytes = std::max(stage->sizeBytes, end);
@@ -195,10 +209,16 @@ void Stager::HashWorker() {
     std::unique_lock<std::mutex> lock(stage->mutex);
     while (!stage->dropped && stage->hashValid && stage->handle != 0 && stage->hashedBytes < stage->sizeBytes) {
       const uint64_t from = stage->hashedBytes, to = stage->sizeBytes;
-      const std::vector<Extent> runs = stage->runs;  // Grow may replace the vector meanwhile
+      // Copies: Grow may replace the vectors meanwhile. Only the hasher holding the stage (queued)
+      // updates its Sha256; bytes below sizeBytes written in order never change while hashValid holds.
+      const std::vector<Extent> runs = stage->runs;
+      const std::vector<uint64_t> offsets = stage->runOffsets;
       lock.unlock();
-      HashRange(stage.get(), runs, from, to);
+      const bool ok = ForEachPiece(arena_->base(), runs, offsets, from, to, [&](uint8_t* p, uint64_t n) {
+        return stage->sha.Update(p, n) == Status::kOk;
+      });
       lock.lock();
+      if (!ok) stage->hashValid = false;  // Seal hashes it all instead
       if (stage->hashValid) stage->hashedBytes = to;
     }
     if (stage->dropped && stage->handle != 0) {
@@ -210,47 +230,22 @@ void Stager::HashWorker() {
   }
 }
 
-void Stager::HashRange(Stage* stage, const std::vector<Extent>& runs, uint64_t from, uint64_t to) {
-  const uint8_t* base = arena_->base();
-  uint64_t at = 0;
-  for (const Extent& e : runs) {
-    if (from >= to) break;
-    if (from < at + e.lengthBytes) {
-      const uint64_t within = from - at;
-      const uint64_t n = std::min(e.lengthBytes - within, to - from);
-      // Only the hasher holding the stage (queued) updates its Sha256.
-      if (stage->sha.Update(base + e.arenaOffsetBytes + within, n) != Status::kOk) {
-        std::lock_guard<std::mutex> lock(stage->mutex);
-        stage->hashValid = false;  // Seal hashes it all instead
-        return;
-      }
-      from += n;
-    }
-    at += e.lengthBytes;
-  }
+Status Stager::Info(uint64_t id, bool takeDirty, StageInfo* info) {
+  return Report(id, takeDirty, false, info);
 }
 
-Status Stager::Info(uint64_t id, bool takeDirty, StageInfo* info) {
+Status Stager::Freeze(uint64_t id, StageInfo* info) { return Report(id, false, true, info); }
+
+Status Stager::Report(uint64_t id, bool takeDirty, bool freeze, StageInfo* info) {
   auto stage = Find(id);
   if (!stage) return Status::kStale;
   std::lock_guard<std::mutex> lock(stage->mutex);
+  if (freeze) stage->forwarding = true;
   info->sizeBytes = stage->sizeBytes;
   info->mtimeMs = stage->mtimeMs;
   info->dirty = stage->dirty;
   info->forwarding = stage->forwarding;
   if (takeDirty) stage->dirty = false;
-  return Status::kOk;
-}
-
-Status Stager::Freeze(uint64_t id, StageInfo* info) {
-  auto stage = Find(id);
-  if (!stage) return Status::kStale;
-  std::lock_guard<std::mutex> lock(stage->mutex);
-  stage->forwarding = true;
-  info->sizeBytes = stage->sizeBytes;
-  info->mtimeMs = stage->mtimeMs;
-  info->dirty = stage->dirty;
-  info->forwarding = true;
   return Status::kOk;
 }
 
@@ -262,16 +257,12 @@ Status Stager::Read(uint64_t id, uint64_t offsetBytes, uint8_t* target, uint64_t
   if (stage->handle == 0) return Status::kStale;
   if (offsetBytes >= stage->sizeBytes) return Status::kOk;
   const uint64_t want = std::min(lengthBytes, stage->sizeBytes - offsetBytes);
-  const uint8_t* base = arena_->base();
-  uint64_t done = 0;
-  auto it = std::upper_bound(stage->runOffsets.begin(), stage->runOffsets.end(), offsetBytes);
-  for (size_t i = static_cast<size_t>(it - stage->runOffsets.begin()) - 1; done < want; i++) {
-    Check(i < stage->runs.size(), "runs cover the read");
-    const uint64_t within = offsetBytes + done - stage->runOffsets[i];
-    const uint64_t n = std::min(stage->runs[i].lengthBytes - within, want - done);
-    memcpy(target + done, base + stage->runs[i].arenaOffsetBytes + within, n);
-    done += n;
-  }
+  uint8_t* to = target;
+  ForEachPiece(arena_->base(), stage->runs, stage->runOffsets, offsetBytes, offsetBytes + want, [&](uint8_t* p, uint64_t n) {
+    memcpy(to, p, n);
+    to += n;
+    return true;
+  });
   *copiedBytes = want;
   return Status::kOk;
 }
@@ -307,13 +298,9 @@ Status Stager::SealLocked(Stage* stage, Sealed* sealed) {
   } else {
     // Out of order: hash it all now (under the lock: nothing else may touch the bytes).
     Sha256 whole;
-    uint64_t left = stage->sizeBytes;
-    for (size_t i = 0; left > 0 && i < stage->runs.size(); i++) {
-      const uint64_t n = std::min(stage->runs[i].lengthBytes, left);
-      if (whole.Update(arena_->base() + stage->runs[i].arenaOffsetBytes, n) != Status::kOk) return Status::kIo;
-      left -= n;
-    }
-    if (!whole.ok() || whole.HexDigest(&hex) != Status::kOk) return Status::kIo;
+    const bool ok = whole.ok() && ForEachPiece(arena_->base(), stage->runs, stage->runOffsets, 0, stage->sizeBytes,
+                                               [&](uint8_t* p, uint64_t n) { return whole.Update(p, n) == Status::kOk; });
+    if (!ok || whole.HexDigest(&hex) != Status::kOk) return Status::kIo;
   }
   // The block leaves at capacityBytes; settle it at the file's size.
   Status s = arena_->Settle(stage->handle, stage->sizeBytes);

@@ -88,9 +88,8 @@ class Stager {
   void Enqueue(const std::shared_ptr<Stage>& stage);  // under stage->mutex
   void HashWorker();
   Status SealLocked(Stage* stage, Sealed* sealed);  // under stage->mutex, hashers idle
-  // Hash stage bytes [from, to) through its extents (no lock held: bytes below sizeBytes that were
-  // written in order are never rewritten while hashValid holds, and a rewrite clears it).
-  void HashRange(Stage* stage, const std::vector<Extent>& runs, uint64_t from, uint64_t to);
+  // Info and Freeze: the stage's figures, its dirty flag taken and/or its writes stopped.
+  Status Report(uint64_t id, bool takeDirty, bool freeze, StageInfo* info);
 
   const std::shared_ptr<Arena> arena_;
   const uint64_t maxBlockBytes_;
