@@ -354,6 +354,10 @@ print(i)
       assert.ok(Date.now() < deadline, 'node c still writes after losing its name');
       await new Promise((r) => setTimeout(r, 250));
     }
+    // The daemon warns before it refuses, but this process reads the daemon's stderr pipe only
+    // between awaits: the warning may still be in the pipe when the refused write returns.
+    const warned = Date.now() + 5_000;
+    while (!/another daemon took this node name/.test(nodes.c.stderr) && Date.now() < warned) await new Promise((r) => setTimeout(r, 50));
     assert.match(nodes.c.stderr, /another daemon took this node name/);
     assert.equal(fs.readFileSync(`${mnt('c')}/kv/m/fromb/blk`).length, 3 * 1024 * 1024, 'it still reads');
   });
