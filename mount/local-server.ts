@@ -11,11 +11,22 @@
  *   errors: {"id":..,"ok":false,"code":"ENOENT","message":..}
  * While a hold is open the block stays in the arena (not evicted, not reclaimed) and its version is the
  * one a read-only open would have read at that moment. A closed connection releases all its holds.
+ *
+ * Who may use it: the kernel tells who connected (SO_PEERCRED, recorded at connect, not claimed by the
+ * client). Only root and the daemon's own user are served: the mapping exposes the whole arena (every
+ * block, whatever its file's mode), and only they may map it anyway. Anyone else gets EACCES for
+ * every request and takes no hold: they read through the mount, where file modes apply. Handing them a
+ * read-only descriptor would not help: the arena is one file, so the descriptor would reach every
+ * block; a per-block descriptor would need a copy, which is what the mount already does. Each open is
+ * also checked against the file's mode as the kernel would (root passes; the owner needs r), and holds
+ * are bounded per user across connections, not only per connection.
  */
 import { randomBytes } from 'node:crypto';
 import * as net from 'node:net';
 import { isCascadeError } from '../store/errors';
 import type { DramHold } from '../store/store';
+import type { FileAttr } from '../fs/types';
+import { mayRead, type Caller } from '../fs/access';
 
 export const LOCAL_PROTOCOL_VERSION = 1;
 /** A request line longer than this closes the connection (paths are at most 4 KiB). */
@@ -23,6 +34,10 @@ export const LOCAL_REQUEST_MAX_BYTES = 64 * 1024;
 /** Holds one connection may have open at once: a leaking client cannot pin the whole arena by count. */
 export const LOCAL_HOLDS_PER_CONNECTION_MAX = 4096;
 export const LOCAL_CONNECTIONS_MAX = 256;
+/** sun_path is 108 bytes; an abstract name takes all of it after its leading NUL. */
+const ABSTRACT_NAME_BYTES = 107;
+/** Holds one user may have open across all connections: 256 connections cannot multiply the bound. */
+export const LOCAL_HOLDS_PER_USER_MAX = 4096;
 
 export interface ClientInfo {
   protocol: number;
@@ -35,6 +50,12 @@ export interface ClientInfo {
 
 export interface LocalServerOptions {
   hold(path: string): Promise<DramHold>;
+  /** The file's attributes (its mode and owner decide who may open it). */
+  getattr(path: string): Promise<FileAttr>;
+  /** Who connected (SO_PEERCRED of the accepted socket); throws when the kernel cannot say. */
+  peer(socket: net.Socket): Caller;
+  /** The daemon's user: with root, the only one served. */
+  uid: number;
   region: { fd: number; lengthBytes: number };
   log(message: string): void;
 }
@@ -42,6 +63,7 @@ export interface LocalServerOptions {
 export class LocalServer {
   private readonly connections = new Set<net.Socket>();
   private holdsOpen = 0;
+  private readonly holdsByUser = new Map<number, number>();
 
   private constructor(
     private readonly server: net.Server,
@@ -50,7 +72,11 @@ export class LocalServer {
   ) {}
 
   static async start(options: LocalServerOptions): Promise<LocalServer> {
-    const name = `cascade-${process.pid}-${randomBytes(6).toString('hex')}`;
+    // Node binds an abstract name padded with NULs to the whole sun_path (108 bytes), so a client in
+    // another language that connects with just the name is refused. A name that fills sun_path itself
+    // (107 bytes after the leading NUL) is the same either way.
+    const stem = `cascade-${process.pid}-`;
+    const name = stem + randomBytes(64).toString('hex').slice(0, ABSTRACT_NAME_BYTES - stem.length);
     const server = net.createServer();
     server.maxConnections = LOCAL_CONNECTIONS_MAX;
     const s = new LocalServer(server, name, options);
@@ -81,6 +107,22 @@ export class LocalServer {
   }
 
   private serve(socket: net.Socket): void {
+    let peer: Caller;
+    try {
+      peer = this.options.peer(socket);
+    } catch (e) {
+      // Fail closed: a connection whose caller is unknown gets nothing.
+      this.options.log(`local client: cannot tell who connected (${String(e)}); closing the connection`);
+      socket.destroy();
+      return;
+    }
+    const served = peer.uid === 0 || peer.uid === this.options.uid;
+    const userHolds = (delta: number) => {
+      const n = (this.holdsByUser.get(peer.uid) ?? 0) + delta;
+      if (n === 0) this.holdsByUser.delete(peer.uid);
+      else this.holdsByUser.set(peer.uid, n);
+      this.holdsOpen += delta;
+    };
     this.connections.add(socket);
     const holds = new Map<number, DramHold>();
     let nextHold = 1;
@@ -92,20 +134,34 @@ export class LocalServer {
     const handle = async (line: string) => {
       let req: { id?: unknown; op?: unknown; path?: unknown; hold?: unknown };
       try {
-        req = JSON.parse(line);
+        req = JSON.parse(line) as typeof req;
       } catch {
+        req = undefined as unknown as typeof req;
+      }
+      // null, numbers, strings and arrays parse too: only a plain object is a request.
+      if (typeof req !== 'object' || req === null || Array.isArray(req)) {
         return send({ id: null, ok: false, code: 'EINVAL', message: 'a request is one JSON object per line' });
       }
       const id = typeof req.id === 'number' ? req.id : null;
       try {
         if (req.op === 'open') {
           if (typeof req.path !== 'string' || !req.path.startsWith('/')) throw new ProtocolError('EINVAL', 'open needs an absolute path within the mount');
+          if (!served) {
+            throw new ProtocolError(
+              'EACCES',
+              `the same-node client serves only root and the daemon's user (uid ${this.options.uid}); uid ${peer.uid} reads through the mount`,
+            );
+          }
           if (holds.size >= LOCAL_HOLDS_PER_CONNECTION_MAX) throw new ProtocolError('EBUSY', `a connection may hold at most ${LOCAL_HOLDS_PER_CONNECTION_MAX} blocks`);
+          if ((this.holdsByUser.get(peer.uid) ?? 0) >= LOCAL_HOLDS_PER_USER_MAX) {
+            throw new ProtocolError('EBUSY', `uid ${peer.uid} holds ${LOCAL_HOLDS_PER_USER_MAX} blocks across its connections, the most one user may`);
+          }
+          if (!mayRead(await this.options.getattr(req.path), peer)) throw new ProtocolError('EACCES', `${req.path}: permission denied (its mode)`);
           const h = await this.options.hold(req.path);
           if (socket.destroyed) return h.release(); // the client left while we loaded it
           const hold = nextHold++;
           holds.set(hold, h);
-          this.holdsOpen++;
+          userHolds(1);
           const v = h.version;
           return send({ id, ok: true, hold, sha256: v.sha256, sizeBytes: v.sizeBytes, version: v.version, committedAtMs: v.timeMs, extents: h.extents });
         }
@@ -113,7 +169,7 @@ export class LocalServer {
           const h = typeof req.hold === 'number' ? holds.get(req.hold) : undefined;
           if (h === undefined) throw new ProtocolError('EINVAL', `no hold ${String(req.hold)} on this connection`);
           holds.delete(req.hold as number);
-          this.holdsOpen--;
+          userHolds(-1);
           h.release();
           return send({ id, ok: true });
         }
@@ -136,14 +192,15 @@ export class LocalServer {
       while ((nl = buffered.indexOf('\n')) >= 0) {
         const line = buffered.slice(0, nl);
         buffered = buffered.slice(nl + 1);
-        if (line.trim() !== '') chain = chain.then(() => handle(line));
+        // handle() answers every error itself; a throw here is a bug, logged, and must not stop the chain.
+        if (line.trim() !== '') chain = chain.then(() => handle(line)).catch((e: unknown) => this.options.log(`local client: request handler failed: ${String(e)}`));
       }
     });
     const cleanup = () => {
       this.connections.delete(socket);
       void chain.then(() => {
         for (const h of holds.values()) h.release();
-        this.holdsOpen -= holds.size;
+        if (holds.size > 0) userHolds(-holds.size);
         holds.clear();
       });
     };

@@ -4,10 +4,12 @@
  * down in order: unmount, close the filesystem, close the store (a clean close persists everything).
  */
 import * as fs from 'node:fs';
+import type * as net from 'node:net';
 import type { CascadeFsOps } from '../fs/types';
 import { Store, type StoreConfig } from '../store/store';
 import type { RemoteDramOptions } from '../store/remote';
 import { CascadeError } from '../store/errors';
+import { requireNative } from '../native';
 import type { EngineChoice } from './defaults';
 import { LocalServer } from './local-server';
 import { checkMountpoint, clearStaleMount, resolveMountpoint } from './mounts';
@@ -164,7 +166,22 @@ async function startLocalServer(store: Store, fsOps: CascadeFsOps, log: (msg: st
     return undefined;
   }
   const hold = fsOps.holdForClient.bind(fsOps);
-  return LocalServer.start({ hold, region, log: (m) => log(`cascade: ${m}`) });
+  const native = requireNative('the same-node client');
+  return LocalServer.start({
+    hold,
+    getattr: (p) => fsOps.getattr(p),
+    peer: (socket) => native.peerCredentials(socketFd(socket)),
+    uid: process.getuid?.() ?? 0,
+    region,
+    log: (m) => log(`cascade: ${m}`),
+  });
+}
+
+/** The descriptor of an accepted Unix socket (Node keeps it on the socket's internal handle). */
+function socketFd(socket: net.Socket): number {
+  const fd = (socket as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+  if (typeof fd !== 'number' || !Number.isInteger(fd) || fd < 0) throw new CascadeError('EINVAL', 'the accepted socket has no descriptor');
+  return fd;
 }
 
 /** What runMount needs of either engine. */

@@ -18,7 +18,7 @@ const CANDIDATES = [
 
 const REQUIRED_MEMBERS: ReadonlyArray<keyof NativeBinding> = [
   'abiVersion', 'features', 'Arena', 'Hasher', 'Mapping', 'FuseSession', 'sha256', 'sha256Sync', 'copyAsync',
-  'pread', 'pwrite', 'fdatasync', 'fadvise', 'openFile', 'alignedBuffer', 'allocBuffer',
+  'pread', 'pwrite', 'fdatasync', 'fadvise', 'openFile', 'alignedBuffer', 'allocBuffer', 'peerCredentials',
 ];
 
 export type NativeLoad = { ok: true; binding: NativeBinding; file: string } | { ok: false; reason: string };

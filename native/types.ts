@@ -282,9 +282,14 @@ export interface NativeBinding {
    * once collected, so freeing a large one never stalls the JS thread.
    */
   allocBuffer(lengthBytes: number): Buffer;
+  /**
+   * The process at the other end of a connected Unix socket, as the kernel recorded it at connect
+   * (SO_PEERCRED): ENOTSOCK/EBADF/EINVAL otherwise.
+   */
+  peerCredentials(fd: number): { pid: number; uid: number; gid: number };
   /** A 4 KiB-aligned Buffer (for O_DIRECT). */
   alignedBuffer(lengthBytes: number): Buffer;
 }
 
 /** The ABI this TypeScript expects; a binding built from other sources is refused at load. */
-export const NATIVE_ABI_VERSION = 2;
+export const NATIVE_ABI_VERSION = 3;

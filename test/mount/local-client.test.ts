@@ -3,6 +3,7 @@
  * daemon's arena, with the mount's version semantics, held in place while open, released by close.
  */
 import * as assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -100,6 +101,30 @@ describe('same-node client (mount/local-client)', function () {
     assert.equal(await code('.cascade/stats.json'), 'EINVAL');
     // The connection still works after errors.
     assert.equal((await client!.read('kv/m/a')).length, 3 * MiB + 17);
+  });
+
+  it('refuses a local user who is neither root nor the daemon\'s (SO_PEERCRED): EACCES for an open of a readable file, no hold taken', async function () {
+    if (spawnSync('id', ['nobody']).status !== 0 || spawnSync('which', ['runuser']).status !== 0) return this.skip();
+    fs.chmodSync(root, 0o755); // mkdtemp made it 0700: let the other user reach the mount
+    fs.writeFileSync(path.join(mnt, 'kv', 'm', 'public'), 'for everyone');
+    assert.equal(fs.statSync(path.join(mnt, 'kv', 'm', 'public')).mode & 0o777, 0o644);
+    // Written from the protocol as a client in another language would: the bare socket name from client.json.
+    const py = [
+      'import json, socket',
+      `info = json.load(open(${JSON.stringify(path.join(mnt, '.cascade', 'client.json'))}))`,
+      's = socket.socket(socket.AF_UNIX)',
+      "s.connect(b'\\0' + info['socket'][1:].encode())",
+      `s.sendall(json.dumps({'id': 1, 'op': 'open', 'path': '/kv/m/public'}).encode() + b'\\n')`,
+      "print(s.makefile().readline().strip())",
+    ].join('\n');
+    const r = spawnSync('runuser', ['-u', 'nobody', '--', 'python3', '-c', py], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(r.status, 0, r.stderr);
+    const reply = JSON.parse(r.stdout) as { ok: boolean; code: string; message: string };
+    assert.equal(reply.ok, false);
+    assert.equal(reply.code, 'EACCES');
+    assert.match(reply.message, /reads through the mount/);
+    // The same file through the mount is readable for that user: only the arena path is refused.
+    assert.equal(spawnSync('runuser', ['-u', 'nobody', '--', 'cat', path.join(mnt, 'kv', 'm', 'public')], { encoding: 'utf8' }).stdout, 'for everyone');
   });
 
   it('a closed client releases its holds: the block can be evicted again', async function () {

@@ -3,6 +3,10 @@
 #include <napi.h>
 #include <openssl/opensslv.h>
 
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
 #include <memory>
 
 #include "../core/mapping.h"
@@ -85,12 +89,39 @@ Napi::Object Features(Napi::Env env) {
   return f;
 }
 
+// peerCredentials(fd): who is at the other end of a connected Unix socket, as the kernel recorded it
+// when the peer connected (SO_PEERCRED), so the daemon checks a same-node client's rights without
+// trusting anything the client says.
+Napi::Value PeerCredentials(const Napi::CallbackInfo& info) {
+  uint64_t fd;
+  if (!ArgU64(info, 0, "fd", &fd)) return info.Env().Undefined();
+  if (fd > INT32_MAX) {
+    ThrowCode(info.Env(), "EINVAL", "fd out of range");
+    return info.Env().Undefined();
+  }
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof cred) {
+    int e = errno;
+    ThrowCode(info.Env(), e == EBADF ? "EBADF" : e == ENOTSOCK ? "ENOTSOCK" : "EINVAL", std::string("SO_PEERCRED: ") + std::strerror(e));
+    return info.Env().Undefined();
+  }
+  Napi::Object out = Napi::Object::New(info.Env());
+  out.Set("pid", Napi::Number::New(info.Env(), cred.pid));
+  out.Set("uid", Napi::Number::New(info.Env(), cred.uid));
+  out.Set("gid", Napi::Number::New(info.Env(), cred.gid));
+  return out;
+}
+
 }  // namespace
 
-void InitMapping(Napi::Env env, Napi::Object exports) { exports.Set("Mapping", MappingWrap::Define(env)); }
+void InitMapping(Napi::Env env, Napi::Object exports) {
+  exports.Set("Mapping", MappingWrap::Define(env));
+  exports.Set("peerCredentials", Napi::Function::New(env, PeerCredentials, "peerCredentials"));
+}
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("abiVersion", Napi::Number::New(env, 2));  // 2: native writes (FuseSession stages)
+  exports.Set("abiVersion", Napi::Number::New(env, 3));  // 3: peerCredentials
   exports.Set("features", Features(env));
   InitArena(env, exports);
   InitHashIo(env, exports);
