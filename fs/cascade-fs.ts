@@ -23,6 +23,7 @@ import { GiB, INODE_ALLOCATED_LIMIT, NAME_COMPONENT_MAX_BYTES } from '../store/c
 import { allocLarge, COPY_ASYNC_MIN_BYTES, copyBytes } from '../store/copy';
 import { assert, CascadeError, isCascadeError } from '../store/errors';
 import { StreamHasher } from '../store/hash';
+import type { Caller } from './access';
 import type { VersionRecord } from '../store/meta';
 import { validateDirName, validateName, validateSha256 } from '../store/names';
 import type { DramHold, Store } from '../store/store';
@@ -632,7 +633,7 @@ export class CascadeFs implements CascadeFsOps {
     return Buffer.from(info.tier);
   }
 
-  async setxattr(path: string, name: string, value: Buffer): Promise<void> {
+  async setxattr(path: string, name: string, value: Buffer, caller?: Caller): Promise<void> {
     const rel = await this.xattrTarget(path, name);
     if (value.length > XATTR_VALUE_MAX_BYTES) throw new CascadeError('EINVAL', `value of ${name} is too long`);
     const text = value.toString('utf8').replace(/\n$/, '');
@@ -649,11 +650,31 @@ export class CascadeFs implements CascadeFsOps {
     } catch {
       throw new CascadeError('EINVAL', `${XATTR_LINK} takes a 64-character hex SHA-256`);
     }
+    await this.checkMayLink(path, caller);
     const st = this.staging.get(rel);
     if (st) this.refresh(st);
     await this.store.link(rel, sha, st?.ino);
     // A created-but-unwritten file (touch, then link) must not commit its empty content over the link.
     if (st && !st.dirty) this.orphan(st);
+  }
+
+  /**
+   * Link by hash reads content by its SHA-256 alone, whatever the modes of the names that hold it: only
+   * root and the mount's owner (the owner of every file here, who may read them all) may do it. Others
+   * get EACCES even where the kernel let them write the file (a mode with g+w or o+w). Without the
+   * caller (fuse-native does not pass it), a file that only its owner may write stands for the same
+   * rule: only the owner or root can have passed the kernel's write check for it.
+   */
+  private async checkMayLink(path: string, caller: Caller | undefined): Promise<void> {
+    const owner = this.options.uid;
+    if (caller !== undefined) {
+      if (caller.uid !== 0 && caller.uid !== owner) throw new CascadeError('EACCES', `${XATTR_LINK}: only root and the mount's owner (uid ${owner}) may link by hash`);
+      return;
+    }
+    const attr = await this.getattr(path);
+    if ((attr.mode & 0o022) !== 0) {
+      throw new CascadeError('EACCES', `${XATTR_LINK}: ${path} may be written by others (mode ${(attr.mode & 0o7777).toString(8)}), and this engine cannot tell who asks`);
+    }
   }
 
   async listxattr(path: string): Promise<string[]> {

@@ -4,6 +4,7 @@
  * Paths are absolute within the mount ('/', '/kv/<model>/...', '/.cascade/...').
  */
 import type { DramHold } from '../store/store';
+import type { Caller } from './access';
 
 export interface FileAttr {
   /** S_IFREG | perms or S_IFDIR | perms. */
@@ -98,7 +99,8 @@ export interface CascadeFsOps {
   chmod(path: string, mode: number): Promise<void>;
   statfs(path: string): Promise<FsStatfs>;
   getxattr(path: string, name: string): Promise<Buffer>;
-  setxattr(path: string, name: string, value: Buffer): Promise<void>;
+  /** caller: who asked, where the engine knows it (the native engine's request header). */
+  setxattr(path: string, name: string, value: Buffer, caller?: Caller): Promise<void>;
   listxattr(path: string): Promise<string[]>;
   removexattr(path: string, name: string): Promise<void>;
   /**

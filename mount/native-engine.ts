@@ -501,7 +501,7 @@ export class NativeFuseEngine {
         const size = r.u32();
         r.u32(); // flags (XATTR_CREATE/REPLACE): not enforced, as with the fuse-native engine
         const name = r.name();
-        await f.setxattr(this.nodes.pathOf(hdr.nodeid), name, Buffer.from(r.rest(size)));
+        await f.setxattr(this.nodes.pathOf(hdr.nodeid), name, Buffer.from(r.rest(size)), { uid: hdr.uid, gid: hdr.gid, pid: hdr.pid });
         return undefined;
       }
       case P.Op.GETXATTR: {

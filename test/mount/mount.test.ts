@@ -91,6 +91,32 @@ print("ok")
     assert.equal(sh(`setfattr -n user.cascade.pinned -v 0 ${f}`).code, 0);
   });
 
+  it('link by hash: only root and the mount\'s owner; never another user with write access to the file (EACCES, content kept)', () => {
+    const d = `${mnt}/kv/llama/trust`;
+    assert.equal(sh(`mkdir -p ${d} && printf 'top secret' > ${d}/secret && chmod 600 ${d}/secret && printf 'public' > ${d}/shared && chmod 666 ${d}/shared`).code, 0);
+    const sha = sha256(Buffer.from('top secret'));
+    const fuseNative = process.env.CASCADE_ENGINE === 'fuse-native';
+    if (!fuseNative && spawnSync('id', ['nobody']).status === 0 && spawnSync('which', ['runuser']).status === 0) {
+      fs.chmodSync(root, 0o755); // let the other user reach the mount
+      const other = sh(`runuser -u nobody -- setfattr -n user.cascade.link -v ${sha} ${d}/shared`);
+      assert.notEqual(other.code, 0, 'a user who may write the file but not read the secret');
+      assert.match(other.stderr, /Permission denied/);
+      assert.equal(sh(`runuser -u nobody -- cat ${d}/shared`).stdout.toString(), 'public', 'the file kept its content');
+      assert.equal(sh(`runuser -u nobody -- cat ${d}/secret`).code, 1, 'and the secret stays unreadable to that user');
+      // Root (the caller is known on this engine) may, whatever the file's mode.
+      assert.equal(sh(`setfattr -n user.cascade.link -v ${sha} ${d}/shared`).code, 0);
+      assert.equal(fs.readFileSync(`${d}/shared`, 'utf8'), 'top secret');
+    } else {
+      // fuse-native does not say who asks: a file others may write refuses the link, even for root.
+      const r = sh(`setfattr -n user.cascade.link -v ${sha} ${d}/shared`);
+      assert.notEqual(r.code, 0);
+      assert.match(r.stderr, /Permission denied/);
+      assert.equal(fs.readFileSync(`${d}/shared`, 'utf8'), 'public');
+      assert.equal(sh(`chmod 644 ${d}/shared && setfattr -n user.cascade.link -v ${sha} ${d}/shared`).code, 0);
+      assert.equal(fs.readFileSync(`${d}/shared`, 'utf8'), 'top secret');
+    }
+  });
+
   it('errno table: every row gives its errno, leaves content intact and the daemon alive', () => {
     const d = `${mnt}/kv/llama/errs`;
     assert.equal(sh(`mkdir -p ${d} && printf committed > ${d}/f`).code, 0);
