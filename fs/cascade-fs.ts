@@ -133,6 +133,12 @@ interface Staging {
    * empty, as its size says, instead of the version the truncation replaced.
    */
   truncationClosed: boolean;
+  /**
+   * Its only descriptor was closed with everything committed; FUSE's release (which ends the session)
+   * comes later, asynchronously. Until then the file is committed content to anyone else: an open for
+   * writing without O_TRUNC or a truncation to a non-zero size is EPERM, as after the release.
+   */
+  closedClean: boolean;
   handles: number;
   /** Unlinked or replaced while open: it is never committed. */
   orphaned: boolean;
@@ -210,7 +216,15 @@ export async function createCascadeFs(store: Store, options: CascadeFsOptions): 
     if (page.length < LIST_PAGE) break;
     after = page[page.length - 1];
   }
-  return new CascadeFs(store, tree, options);
+  // Modes set by chmod are kept in the metadata; most files have none (0644).
+  const modes = new Map<string, number>();
+  for (after = undefined; ; ) {
+    const page = await store.modes({ after, limit: LIST_PAGE });
+    for (const [name, mode] of page) modes.set(name, mode);
+    if (page.length < LIST_PAGE) break;
+    after = page[page.length - 1][0];
+  }
+  return new CascadeFs(store, tree, options, modes);
 }
 
 export class CascadeFs implements CascadeFsOps {
@@ -218,7 +232,10 @@ export class CascadeFs implements CascadeFsOps {
   private stagingBytes = 0;
   private readonly handles = new Map<Handle, OpenFile>();
   private nextHandle = 1;
-  private readonly modes = new Map<string, number>();
+  /** Files whose mode is not 0644: those kept in the metadata, and those of files not yet committed. */
+  private readonly modes: Map<string, number>;
+  /** Modes set before the file's first commit (saved with it). */
+  private readonly unsavedModes = new Set<string>();
   /** Hidden name -> the file it stands for, and the version it showed when hidden. */
   private readonly hidden = new Map<string, { target: string; version: VersionRecord | undefined; staging: Staging | undefined }>();
   /**
@@ -237,7 +254,9 @@ export class CascadeFs implements CascadeFsOps {
     private readonly store: Store,
     private readonly tree: DirTree,
     private readonly options: CascadeFsOptions,
+    modes: Map<string, number> = new Map(),
   ) {
+    this.modes = modes;
     this.stagingCapacityBytes = options.stagingCapacityBytes ?? Math.min(8 * GiB, Math.floor(os.totalmem() / 4));
     this.inodes = new InodePool(store);
     // How long requests wait for the JS thread: every FUSE op is served on it. Shown in stats.json.
@@ -357,7 +376,10 @@ export class CascadeFs implements CascadeFsOps {
     const ino = known ? await this.fileIno(rel) : await this.inodes.take();
     this.tree.addFile(rel); // EISDIR if a directory took the name meanwhile
     this.pendingDelete.delete(rel); // re-created after an unlink while open: the new file continues the name
-    if ((mode & 0o7777) !== 0o644) this.modes.set(rel, mode & 0o7777);
+    if ((mode & 0o7777) !== 0o644) {
+      this.modes.set(rel, mode & 0o7777);
+      this.unsavedModes.add(rel); // kept in the metadata with the first commit
+    }
     return this.openStaging(rel, true, ino);
   }
 
@@ -377,6 +399,9 @@ export class CascadeFs implements CascadeFsOps {
     const st = this.staging.get(p.rel);
     if (writing) {
       if (flags & O_APPEND) throw new CascadeError('EPERM', `${path}: appending to committed content is not allowed`);
+      if (st && !(flags & O_TRUNC) && this.closedCommitted(st)) {
+        throw new CascadeError('EPERM', `${path}: committed content is immutable; open with O_TRUNC to replace it`);
+      }
       if (st) {
         // Another descriptor of a file being written: join it; O_TRUNC starts it over.
         if (flags & O_TRUNC) this.resize(st, 0);
@@ -485,7 +510,7 @@ export class CascadeFs implements CascadeFsOps {
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
     const st = this.staging.get(p.rel);
-    if (st) {
+    if (st && !(sizeBytes !== 0 && this.closedCommitted(st))) {
       while (st.gate) await st.gate;
       if (sizeBytes !== 0) await this.toJs(st);
       return this.resize(st, sizeBytes);
@@ -502,6 +527,14 @@ export class CascadeFs implements CascadeFsOps {
     this.refresh(h.staging);
     if (h.staging.dirty) await this.commit(h.staging);
     else if (h.staging.pending) h.staging.truncationClosed = true;
+    if (h.staging.handles === 1 && !h.staging.dirty && !h.staging.pending) h.staging.closedClean = true;
+  }
+
+  /** A session whose writer closed with everything committed: it takes no new writer but by O_TRUNC. */
+  private closedCommitted(st: Staging): boolean {
+    if (!st.closedClean) return false;
+    this.refresh(st);
+    return !st.dirty && !st.pending;
   }
 
   async fsync(handle: Handle): Promise<void> {
@@ -549,6 +582,7 @@ export class CascadeFs implements CascadeFsOps {
     if (st) this.orphan(st);
     this.tree.removeFile(rel);
     this.modes.delete(rel);
+    this.unsavedModes.delete(rel);
   }
 
   async rename(from: string, to: string): Promise<void> {
@@ -578,10 +612,14 @@ export class CascadeFs implements CascadeFsOps {
       this.staging.set(dst, st);
     }
     this.tree.moveFile(src, dst);
+    // The store's rename moved a kept mode with the content; these follow in memory.
     const mode = this.modes.get(src);
     this.modes.delete(src);
     if (mode !== undefined) this.modes.set(dst, mode);
     else this.modes.delete(dst);
+    const unsaved = this.unsavedModes.delete(src);
+    if (unsaved) this.unsavedModes.add(dst);
+    else this.unsavedModes.delete(dst);
   }
 
   async utimens(path: string, _atimeMs: number, mtimeMs: number): Promise<void> {
@@ -598,7 +636,24 @@ export class CascadeFs implements CascadeFsOps {
       await this.getattr(path);
       throw new CascadeError('EPERM', `${path}: only files under /kv can change mode`);
     }
-    this.modes.set(p.rel, mode & 0o7777);
+    const perms = mode & 0o7777;
+    // A committed file keeps its mode in the metadata (a restart must not widen access); one still
+    // being written for the first time gets it with its first commit.
+    if (await this.exists(p.rel)) {
+      await this.store.setMode(p.rel, perms);
+      this.unsavedModes.delete(p.rel);
+    } else {
+      this.unsavedModes.add(p.rel);
+    }
+    this.modes.set(p.rel, perms);
+  }
+
+  /** After a commit of `name`: a mode set before its first commit goes to the metadata now. */
+  private async saveMode(name: string): Promise<void> {
+    const mode = this.modes.get(name);
+    if (!this.unsavedModes.has(name) || mode === undefined) return;
+    await this.store.setMode(name, mode);
+    this.unsavedModes.delete(name);
   }
 
   async statfs(_path: string): Promise<FsStatfs> {
@@ -654,6 +709,7 @@ export class CascadeFs implements CascadeFsOps {
     const st = this.staging.get(rel);
     if (st) this.refresh(st);
     await this.store.link(rel, sha, st?.ino);
+    await this.saveMode(rel);
     // A created-but-unwritten file (touch, then link) must not commit its empty content over the link.
     if (st && !st.dirty) this.orphan(st);
   }
@@ -738,6 +794,7 @@ export class CascadeFs implements CascadeFsOps {
         dirty: false,
         pending: true, // created or truncated: commits at the last release even if nothing is written
         truncationClosed: false,
+        closedClean: false,
         handles: 0,
         orphaned: false,
         mtimeMs: Date.now(),
@@ -754,6 +811,7 @@ export class CascadeFs implements CascadeFsOps {
   private joinStaging(st: Staging, readable: boolean): Handle {
     const h = this.addHandle({ kind: 'write', staging: st, readable });
     st.handles++;
+    st.closedClean = false;
     return h;
   }
 
@@ -797,6 +855,7 @@ export class CascadeFs implements CascadeFsOps {
         st.committed = await this.store.put(st.name, data, sha, st.ino);
       }
       st.truncationClosed = false; // readers read the new version now
+      await this.saveMode(st.name);
     } catch (e) {
       st.dirty = dirty;
       st.pending = pending;
@@ -1111,7 +1170,14 @@ export class CascadeFs implements CascadeFsOps {
     if (files.some((f) => this.staging.has(f))) throw new CascadeError('EBUSY', `files under /kv/${src} are being written`);
     // Not atomic as a whole: each file moves atomically, in order (documented).
     if (dstKind === 'dir') this.tree.removeDir(dst);
-    for (const f of files) await this.store.rename(f, dst + f.slice(src.length));
+    for (const f of files) {
+      const to = dst + f.slice(src.length);
+      await this.store.rename(f, to);
+      // The store moved the kept mode; the copy in memory follows (else the file would show 0644).
+      const mode = this.modes.get(f);
+      this.modes.delete(f);
+      if (mode !== undefined) this.modes.set(to, mode);
+    }
     this.tree.moveDir(src, dst);
   }
 

@@ -88,6 +88,14 @@ export interface MetaEngine {
   /** Names that start with `prefix`, ascending by UTF-8 byte order / JS string order. */
   list(prefix: string, options: ListOptions): Promise<string[]>;
 
+  /**
+   * A name's permission bits (0..0o7777), as chmod set them: kept by commits, carried by rename (the
+   * target takes the source's, or none), gone with remove. ENOENT if the name does not exist.
+   */
+  setMode(name: string, mode: number): Promise<void>;
+  /** Names with a mode set, ascending (as list()), with their modes; names without one are 0644. */
+  modes(options: ListOptions): Promise<Array<[string, number]>>;
+
   block(sha256: string): Promise<BlockRecord | undefined>;
   /** ENOENT if no such block row. */
   setPinned(sha256: string, pinned: boolean): Promise<void>;

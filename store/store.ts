@@ -337,7 +337,9 @@ export class Store {
     validateConfig(config);
     const cluster = config.cluster;
     const diskDir = cluster ? path.join(cluster.sharedDir, 'nodes', cluster.node) : config.dataDir;
-    fs.mkdirSync(diskDir, { recursive: true });
+    // Blocks lie there in the clear, whatever their files' modes: only the daemon's user may enter
+    // what Cascade creates (a directory that exists keeps its mode).
+    fs.mkdirSync(diskDir, { recursive: true, mode: 0o700 });
     const opened: { close(): Promise<void> }[] = [];
     let store: Store | undefined;
     try {
@@ -799,6 +801,19 @@ export class Store {
     this.checkOpen();
     validateName(name);
     return this.meta.versions(name);
+  }
+
+  /** Keep a name's permission bits (chmod) in the metadata: they survive restarts. ENOENT without the name. */
+  async setMode(name: string, mode: number): Promise<void> {
+    this.checkOpen();
+    validateName(name);
+    await this.meta.setMode(name, mode);
+  }
+
+  /** Names with a mode kept by setMode(), paged as list() is. */
+  async modes(options: { after?: string; limit?: number } = {}): Promise<Array<[string, number]>> {
+    this.checkOpen();
+    return this.meta.modes({ after: options.after, limit: Math.min(options.limit ?? LIST_PAGE_MAX, LIST_PAGE_MAX) });
   }
 
   /** Names under a prefix (e.g. `model/dir/`), paged. */

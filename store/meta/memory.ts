@@ -69,6 +69,11 @@ export function checkTimeMs(timeMs: number): void {
   if (!Number.isSafeInteger(timeMs)) throw new CascadeError('EINVAL', `timeMs must be an integer, got ${timeMs}`);
 }
 
+/** Permission bits only: what chmod can set on a file here. */
+export function checkMode(mode: number): void {
+  if (!Number.isInteger(mode) || mode < 0 || mode > 0o7777) throw new CascadeError('EINVAL', `bad mode ${String(mode)}`);
+}
+
 export function checkKeepVersions(keepVersions: number): void {
   if (!Number.isInteger(keepVersions) || keepVersions < 1 || keepVersions > KEEP_VERSIONS_MAX) {
     throw new CascadeError('EINVAL', `keepVersions must be an integer in [1, ${KEEP_VERSIONS_MAX}], got ${keepVersions}`);
@@ -126,6 +131,8 @@ interface NameEntry {
   lastVersion: number;
   /** Retained versions, oldest first; never empty (a name without versions is deleted). */
   versions: VersionRecord[];
+  /** Permission bits set by setMode(). */
+  mode?: number;
 }
 
 interface BlockEntry {
@@ -216,8 +223,36 @@ export class MemoryMeta implements MetaEngine {
     const released: string[] = [];
     // Add to `to` first: the moved content gains a reference before `from` drops its own.
     const version = this.addVersion(to, head.sha256, head.sizeBytes, timeMs, keepVersions, head.ino, released);
+    (this.names.get(to) as NameEntry).mode = this.names.get(from)?.mode;
     this.dropName(from, released);
     return { version: { ...version }, released };
+  }
+
+  async setMode(name: string, mode: number): Promise<void> {
+    this.checkOpen();
+    checkName(name);
+    checkMode(mode);
+    const entry = this.names.get(name);
+    if (entry === undefined) throw new CascadeError('ENOENT', `no such name: ${name}`);
+    entry.mode = mode;
+  }
+
+  async modes(options: ListOptions): Promise<Array<[string, number]>> {
+    this.checkOpen();
+    checkListArgs('', options);
+    const out: Array<[string, number]> = [];
+    let after = options.after;
+    // Page through the names in order; only a few usually have a mode.
+    for (;;) {
+      const page = await this.list('', { after, limit: 1024 });
+      for (const name of page) {
+        const mode = this.names.get(name)?.mode;
+        if (mode !== undefined) out.push([name, mode]);
+        if (out.length >= options.limit) return out;
+      }
+      if (page.length < 1024) return out;
+      after = page[page.length - 1];
+    }
   }
 
   async list(prefix: string, options: ListOptions): Promise<string[]> {

@@ -13,6 +13,7 @@
  *   <P> = cascade:{<ns>}:
  *   <P>names        sorted set, every score 0: the names, in byte order (ZRANGEBYLEX = code point order)
  *   <P>last         hash name -> highest version number given (numbers are not reused while it exists)
+ *   <P>modes        hash name -> permission bits set by chmod (absent: 0644); moved by rename
  *   <P>v:<name>     sorted set of retained versions, score = version, member "v:sha:size:timeMs:ino"
  *   <P>b:<sha>      hash size, refs, pinned: one per content referenced by a retained version
  *   <P>s:<sha>      set of "<name>\0<version>": the versions that reference the content (for forget)
@@ -45,6 +46,7 @@ import {
   checkInodeCount,
   checkKeepVersions,
   checkListArgs,
+  checkMode,
   checkName,
   checkTimeMs,
   closedError,
@@ -207,6 +209,7 @@ local function drop_name(name, released)
   end
   redis.call('DEL', vk)
   redis.call('HDEL', P .. 'last', name)
+  redis.call('HDEL', P .. 'modes', name)
   redis.call('ZREM', P .. 'names', name)
   redis.call('HINCRBY', T, 'names', -1)
 end
@@ -248,6 +251,8 @@ if from == to then return { hv, ht, ino, sha, size } end
 local released = {}
 -- Add to \`to\` first: the moved content gains a reference before \`from\` drops its own.
 local r = add_version(to, sha, size, t, keep, ino, released)
+local mode = redis.call('HGET', P .. 'modes', from)
+if mode then redis.call('HSET', P .. 'modes', to, mode) else redis.call('HDEL', P .. 'modes', to) end
 drop_name(from, released)
 table.insert(r, sha)
 table.insert(r, size)
@@ -262,6 +267,13 @@ if not redis.call('HGET', P .. 'last', name) then return redis.error_reply('ENOE
 local released = {}
 drop_name(name, released)
 return released
+`;
+
+/** setMode(name, mode) */
+const LUA_MODE = `${LUA_COMMON}
+if not redis.call('HGET', P .. 'last', ARGV[2]) then return redis.error_reply('ENOENT no such name: ' .. ARGV[2]) end
+redis.call('HSET', P .. 'modes', ARGV[2], ARGV[3])
+return 1
 `;
 
 /** setPinned(sha, 0|1) */
@@ -302,6 +314,7 @@ for _, m in ipairs(members) do
   redis.call('HINCRBY', T, 'logical', s(-size))
   -- A name whose every version went no longer exists (its numbering restarts, as after remove).
   if redis.call('ZCARD', vk) == 0 and redis.call('HDEL', P .. 'last', name) == 1 then
+    redis.call('HDEL', P .. 'modes', name)
     redis.call('ZREM', P .. 'names', name)
     redis.call('HINCRBY', T, 'names', -1)
   end
@@ -352,6 +365,7 @@ interface Scripts {
   cascadeRename(totals: string, ...args: string[]): Promise<Array<number | string>>;
   cascadeRemove(totals: string, ...args: string[]): Promise<string[]>;
   cascadePin(totals: string, ...args: string[]): Promise<number>;
+  cascadeMode(totals: string, ...args: string[]): Promise<number>;
   cascadeForget(totals: string, ...args: string[]): Promise<number>;
   cascadeInodes(totals: string, ...args: string[]): Promise<number>;
   cascadePlace(totals: string, ...args: string[]): Promise<number>;
@@ -412,6 +426,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
       ['cascadeRename', LUA_RENAME],
       ['cascadeRemove', LUA_REMOVE],
       ['cascadePin', LUA_PIN],
+      ['cascadeMode', LUA_MODE],
       ['cascadeForget', LUA_FORGET],
       ['cascadeInodes', LUA_INODES],
       ['cascadePlace', LUA_PLACE],
@@ -584,6 +599,34 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
 
   async block(sha256: string): Promise<BlockRecord | undefined> {
     return this.guard(async () => blockRow(sha256, await this.client.hmget(this.key(`b:${sha256}`), ...BLOCK_FIELDS)));
+  }
+
+  async setMode(name: string, mode: number): Promise<void> {
+    return this.guard(async () => {
+      checkName(name);
+      checkMode(mode);
+      await this.scripts.cascadeMode(this.totalsKey, this.prefix, name, String(mode));
+    });
+  }
+
+  async modes(options: ListOptions): Promise<Array<[string, number]>> {
+    return this.guard(async () => {
+      checkListArgs('', options);
+      if (options.limit === 0) return [];
+      // Few names have a mode: read the hash whole (HSCAN, in pages) and order it as list() does.
+      const all: Array<[string, number]> = [];
+      let cursor = '0';
+      do {
+        const [next, flat] = await this.client.hscan(this.key('modes'), cursor, 'COUNT', 1000);
+        for (let i = 0; i < flat.length; i += 2) all.push([flat[i], Number(flat[i + 1])]);
+        cursor = next;
+      } while (cursor !== '0');
+      const after = options.after;
+      return all
+        .filter(([n]) => after === undefined || Buffer.compare(Buffer.from(n), Buffer.from(after)) > 0)
+        .sort(([a], [b]) => Buffer.compare(Buffer.from(a), Buffer.from(b)))
+        .slice(0, options.limit);
+    });
   }
 
   async setPinned(sha256: string, pinned: boolean): Promise<void> {

@@ -23,6 +23,7 @@ import {
   checkInodeCount,
   checkKeepVersions,
   checkListArgs,
+  checkMode,
   checkName,
   checkTimeMs,
   closedError,
@@ -31,14 +32,15 @@ import {
 } from './memory';
 
 /** Bump when the schema changes; a database with a newer one is refused (an older binary must not write it). */
-const SCHEMA_VERSION = 2;
+const SCHEMA_VERSION = 3;
 /** How long a statement waits for a lock held by another connection before EBUSY. */
 const BUSY_TIMEOUT_MS = 1000;
 
 const SCHEMA = `
   CREATE TABLE names (
     name TEXT PRIMARY KEY,
-    last_version INTEGER NOT NULL -- numbers are not reused while the name exists, even after forget()
+    last_version INTEGER NOT NULL, -- numbers are not reused while the name exists, even after forget()
+    mode INTEGER -- permission bits set by chmod; NULL: 0644 (schema 3)
   ) WITHOUT ROWID;
   CREATE TABLE versions (
     name TEXT NOT NULL,
@@ -121,6 +123,9 @@ function prepareStatements(db: Database.Database) {
       'INSERT INTO names (name, last_version) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET last_version = excluded.last_version',
     ),
     deleteName: db.prepare<[string]>('DELETE FROM names WHERE name = ?'),
+    setMode: db.prepare<[number | null, string]>('UPDATE names SET mode = ? WHERE name = ?'),
+    modeOf: db.prepare<[string], number | null>('SELECT mode FROM names WHERE name = ?').pluck(),
+    modes: db.prepare<[string, number], { name: string; mode: number }>('SELECT name, mode FROM names WHERE mode IS NOT NULL AND name > ? ORDER BY name LIMIT ?'),
     listFrom: db.prepare<[string, number], string>(listSql('>=', false)).pluck(),
     listAfter: db.prepare<[string, number], string>(listSql('>', false)).pluck(),
     listFromBounded: db.prepare<[string, string, number], string>(listSql('>=', true)).pluck(),
@@ -205,7 +210,14 @@ export class SqliteMeta implements MetaEngine {
       throw new CascadeError('EINVAL', `${path} has metadata schema ${version}, newer than ${SCHEMA_VERSION} of this build; upgrade Cascade`);
     }
     if (version === 1) SqliteMeta.migrateFrom1(db);
+    if (version <= 2) SqliteMeta.migrateFrom2(db);
     else if (version !== SCHEMA_VERSION) throw new CascadeError('EINVAL', `${path}: unknown metadata schema ${version}`);
+  }
+
+  /** Schema 2 kept no modes: every name is 0644 until chmod. */
+  private static migrateFrom2(db: Database.Database): void {
+    db.exec('ALTER TABLE names ADD COLUMN mode INTEGER');
+    db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").run(SCHEMA_VERSION);
   }
 
   /** Schema 1 had no inode numbers: each existing name becomes a file with a fresh one. */
@@ -216,7 +228,6 @@ export class SqliteMeta implements MetaEngine {
     let next = INODE_FIRST_ALLOCATED;
     for (const name of names) setIno.run(next++, name);
     db.prepare("INSERT INTO meta (key, value) VALUES ('next_ino', ?)").run(next);
-    db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").run(SCHEMA_VERSION);
   }
 
   async current(name: string): Promise<VersionRecord | undefined> {
@@ -293,9 +304,27 @@ export class SqliteMeta implements MetaEngine {
         const released: string[] = [];
         // Add to `to` first: the moved content gains a reference before `from` drops its own.
         const version = this.addVersion(counts, to, head.sha, head.size, timeMs, keepVersions, head.ino, released);
+        this.stmt.setMode.run(this.stmt.modeOf.get(from) ?? null, to);
         this.dropName(counts, from, released);
         return { version, released };
       });
+    });
+  }
+
+  async setMode(name: string, mode: number): Promise<void> {
+    return this.guard(() => {
+      checkName(name);
+      checkMode(mode);
+      return this.mutate(() => {
+        if (this.stmt.setMode.run(mode, name).changes === 0) throw new CascadeError('ENOENT', `no such name: ${name}`);
+      });
+    });
+  }
+
+  async modes(options: ListOptions): Promise<Array<[string, number]>> {
+    return this.guard(() => {
+      checkListArgs('', options);
+      return this.stmt.modes.all(options.after ?? '', options.limit).map((r) => [r.name, r.mode] as [string, number]);
     });
   }
 

@@ -117,6 +117,37 @@ print("ok")
     }
   });
 
+  it('modes set by chmod or at create survive a restart, move with rename (of the file or its directory) and go with unlink', async function () {
+    const d = `${mnt}/kv/llama/modes`;
+    const r = py(`
+import os
+d = ${JSON.stringify(d)}
+os.makedirs(d + '/sub', exist_ok=True)
+with open(d + '/chmodded', 'wb') as f: f.write(b'a')
+os.chmod(d + '/chmodded', 0o600)
+os.umask(0)
+fd = os.open(d + '/created', os.O_CREAT | os.O_WRONLY, 0o640); os.write(fd, b'b'); os.close(fd)
+fd = os.open(d + '/early', os.O_CREAT | os.O_WRONLY, 0o644); os.fchmod(fd, 0o400); os.write(fd, b'c'); os.close(fd)
+with open(d + '/moved-src', 'wb') as f: f.write(b'd')
+os.chmod(d + '/moved-src', 0o604)
+os.rename(d + '/moved-src', d + '/moved')
+with open(d + '/sub/f', 'wb') as f: f.write(b'e')
+os.chmod(d + '/sub/f', 0o660)
+os.rename(d + '/sub', d + '/sub2')
+with open(d + '/gone', 'wb') as f: f.write(b'f')
+os.chmod(d + '/gone', 0o600)
+os.unlink(d + '/gone')
+with open(d + '/gone', 'wb') as f: f.write(b'g')
+`);
+    assert.equal(r.code, 0, r.stderr);
+    const want: Record<string, number> = { chmodded: 0o600, created: 0o640, early: 0o400, moved: 0o604, 'sub2/f': 0o660, gone: 0o666 }; // gone: re-created under umask 0
+    const modes = () => Object.fromEntries(Object.keys(want).map((f) => [f, fs.statSync(`${d}/${f}`).mode & 0o7777]));
+    assert.deepEqual(modes(), want, 'before the restart');
+    await daemon.stop();
+    await daemon.start();
+    assert.deepEqual(modes(), want, 'after the restart');
+  });
+
   it('errno table: every row gives its errno, leaves content intact and the daemon alive', () => {
     const d = `${mnt}/kv/llama/errs`;
     assert.equal(sh(`mkdir -p ${d} && printf committed > ${d}/f`).code, 0);

@@ -633,6 +633,40 @@ export function metaConformance(label: string, open: () => Promise<MetaFixture>)
       });
     });
 
+    describe('modes', function () {
+      it('keeps a name\'s mode through commits and reopen, carries it with rename, drops it with remove', async function () {
+        await engine.commit('m/a', sha(1), 1, T0_MS, KEEP);
+        await engine.commit('m/b', sha(2), 1, T0_MS, KEEP);
+        await engine.commit('m/c', sha(3), 1, T0_MS, KEEP);
+        assert.deepEqual(await engine.modes({ limit: 10 }), [], 'no mode until one is set');
+        await engine.setMode('m/a', 0o600);
+        await engine.setMode('m/c', 0o440);
+        await engine.commit('m/a', sha(4), 1, T0_MS + 1, KEEP);
+        assert.deepEqual(await engine.modes({ limit: 10 }), [['m/a', 0o600], ['m/c', 0o440]], 'a commit keeps it');
+        if (await reopen()) assert.deepEqual(await engine.modes({ limit: 10 }), [['m/a', 0o600], ['m/c', 0o440]], 'kept across reopen');
+        await engine.rename('m/a', 'm/b', T0_MS + 2, KEEP);
+        assert.deepEqual(await engine.modes({ limit: 10 }), [['m/b', 0o600], ['m/c', 0o440]], 'the target takes the source\'s mode');
+        await engine.commit('m/d', sha(5), 1, T0_MS, KEEP);
+        await engine.rename('m/d', 'm/c', T0_MS + 3, KEEP);
+        assert.deepEqual(await engine.modes({ limit: 10 }), [['m/b', 0o600]], 'a source without a mode leaves the target without one');
+        await engine.remove('m/b');
+        await engine.commit('m/b', sha(6), 1, T0_MS + 4, KEEP);
+        assert.deepEqual(await engine.modes({ limit: 10 }), [], 'a name removed and created again starts without one');
+      });
+
+      it('pages modes with after and limit; setMode of a missing name is ENOENT and of a bad mode EINVAL', async function () {
+        for (const n of ['m/1', 'm/2', 'm/3']) {
+          await engine.commit(n, sha(n), 1, T0_MS, KEEP);
+          await engine.setMode(n, 0o640);
+        }
+        assert.deepEqual(await engine.modes({ limit: 2 }), [['m/1', 0o640], ['m/2', 0o640]]);
+        assert.deepEqual(await engine.modes({ after: 'm/2', limit: 2 }), [['m/3', 0o640]]);
+        await rejectsWith(engine.setMode('m/none', 0o600), 'ENOENT');
+        for (const bad of [-1, 0o10000, 1.5]) await rejectsWith(engine.setMode('m/1', bad), 'EINVAL');
+        assert.deepEqual(await engine.modes({ after: 'm/0', limit: 1 }), [['m/1', 0o640]], 'unchanged by the refused calls');
+      });
+    });
+
     describe('lifecycle', function () {
       it('finds everything committed after close and reopen', async function () {
         if (fixture.reopen === undefined) this.skip();
