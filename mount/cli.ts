@@ -331,7 +331,7 @@ async function fsckCommand(a: { data?: string; repair: boolean; json: boolean })
     const m = report.metadata;
     const lines = [
       `cascade fsck ${report.dataDir}${report.repair ? ' --repair' : ''}`,
-      `segments: ${s.files} file(s), ${formatBytes(s.bytes)}, ${s.records} intact record(s), ${s.damaged} damaged, ${s.unreferenced} unreferenced (checked in ${(s.durationMs / 1000).toFixed(2)} s, ${(s.bytes / Math.max(1e-3, s.durationMs / 1000) / 1e9).toFixed(2)} GB/s)`,
+      `segments: ${s.files} file(s), ${formatBytes(s.bytes)}, ${s.records} intact record(s), ${s.damaged} damaged, ${s.unreferenced} unreferenced, ${s.dead} dead (checked in ${(s.durationMs / 1000).toFixed(2)} s, ${(s.bytes / Math.max(1e-3, s.durationMs / 1000) / 1e9).toFixed(2)} GB/s)`,
       `metadata: ${m.state}${m.state === 'ok' ? ` (${m.names} names, ${m.versions} versions, ${m.blocks} blocks, journal at ${m.journalSeq})` : `: ${m.problem}`}`,
       `snapshots: ${report.snapshots.length === 0 ? 'none' : report.snapshots.map((x) => `${path.basename(x.file)} ${x.problem ? `unusable (${x.problem})` : `at ${x.seq}`}`).join(', ')}`,
       `journal: ${report.journal.files} file(s), ${report.journal.entries} entries${report.journal.entries ? ` (${report.journal.firstSeq}..${report.journal.lastSeq})` : ''}`,

@@ -24,7 +24,7 @@ import { CascadeError, isCascadeError } from './errors';
 import { JOURNAL_DIR_NAME, listJournalFiles, readJournalFile, fsyncDir, type JournalDamage, type JournalEntry } from './meta/journal';
 import { listSnapshots, META_FILE, takeSnapshot, type SnapshotInfo } from './meta/snapshot';
 import { SqliteMeta } from './meta/sqlite';
-import { listSegmentFiles, scanSegmentFile } from './tiers/disk';
+import { listSegmentFiles, readSegmentIndex, scanSegmentFile } from './tiers/disk';
 
 /** Items of each kind listed in a report (counts are always complete). */
 export const FSCK_LIST_MAX = 100;
@@ -72,6 +72,8 @@ export interface FsckReport {
     tornTailBytes: number;
     /** Intact records that no version references (content deleted since, reclaimed by the next open). */
     unreferenced: number;
+    /** Intact records the segment's index leaves out: deleted before it was written; the store never reads them. */
+    dead: number;
     durationMs: number;
   };
   snapshots: SnapshotInfo[];
@@ -111,7 +113,7 @@ export async function fsck(options: FsckOptions): Promise<FsckReport> {
     dataDir,
     repair,
     metadata: { state: 'ok' },
-    segments: { files: 0, records: 0, bytes: 0, damaged: 0, damagedList: [], tornTailBytes: 0, unreferenced: 0, durationMs: 0 },
+    segments: { files: 0, records: 0, bytes: 0, damaged: 0, damagedList: [], tornTailBytes: 0, unreferenced: 0, dead: 0, durationMs: 0 },
     snapshots: [],
     journal: { files: 0, entries: 0, damage: [] },
     missing: { versions: 0, blocks: 0, list: [] },
@@ -207,10 +209,17 @@ async function scanSegments(dataDir: string, report: FsckReport, progress: (p: F
   seg.files = files.length;
   progress({ phase: 'segments', done, total });
   for (const file of files) {
+    // What the store will read: records its index lists, and every record past the index (re-indexed at open).
+    const idx = readSegmentIndex(file.replace(/\.log$/, '.idx'));
+    const live = new Set(idx?.entries.map((e) => e.offsetBytes));
     await scanSegmentFile(
       file,
       (r) => {
         if (r.problem === undefined) {
+          if (idx && r.offsetBytes < idx.coveredBytes && !live.has(r.offsetBytes)) {
+            seg.dead++;
+            return;
+          }
           seg.records++;
           intact.set(r.sha256!, r.sizeBytes!);
           return;

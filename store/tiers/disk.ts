@@ -514,22 +514,8 @@ export class DiskSegmentTier implements Tier {
   }
 
   /** Entries of a valid index file and the segment length it covers, or undefined. */
-  private readIndex(id: number): { coveredBytes: number; entries: { key: string; offsetBytes: number; sizeBytes: number }[] } | undefined {
-    let buf: Buffer;
-    try {
-      buf = fs.readFileSync(path.join(this.segDir, `${segName(id)}.idx`));
-    } catch {
-      return undefined;
-    }
-    if (buf.length < 20 || buf.readUInt32LE(0) !== INDEX_MAGIC) return undefined;
-    const count = buf.readUInt32LE(4);
-    const end = 16 + count * INDEX_ENTRY_BYTES;
-    if (buf.length !== end + 4 || buf.readUInt32LE(end) !== crc32(buf.subarray(0, end))) return undefined;
-    const entries = [];
-    for (let o = 16; o < end; o += INDEX_ENTRY_BYTES) {
-      entries.push({ key: buf.toString('hex', o, o + 32), offsetBytes: Number(buf.readBigUInt64LE(o + 32)), sizeBytes: Number(buf.readBigUInt64LE(o + 40)) });
-    }
-    return { coveredBytes: Number(buf.readBigUInt64LE(8)), entries };
+  private readIndex(id: number): SegmentIndex | undefined {
+    return readSegmentIndex(path.join(this.segDir, `${segName(id)}.idx`));
   }
 
   private async recover(): Promise<void> {
@@ -831,4 +817,32 @@ export function listSegmentFiles(dir: string): string[] {
     return [];
   }
   return names.filter((n) => SEGMENT_RE.test(n)).sort().map((n) => path.join(segDir, n));
+}
+
+export interface SegmentIndex {
+  coveredBytes: number;
+  entries: { key: string; offsetBytes: number; sizeBytes: number }[];
+}
+
+/**
+ * A segment's index file (`seg-N.idx`): the live records up to `coveredBytes` when it was written, or
+ * undefined when missing or damaged. A record before coveredBytes that it does not list is dead
+ * (deleted before the index was written), and the tier will not read it.
+ */
+export function readSegmentIndex(file: string): SegmentIndex | undefined {
+  let buf: Buffer;
+  try {
+    buf = fs.readFileSync(file);
+  } catch {
+    return undefined;
+  }
+  if (buf.length < 20 || buf.readUInt32LE(0) !== INDEX_MAGIC) return undefined;
+  const count = buf.readUInt32LE(4);
+  const end = 16 + count * INDEX_ENTRY_BYTES;
+  if (buf.length !== end + 4 || buf.readUInt32LE(end) !== crc32(buf.subarray(0, end))) return undefined;
+  const entries = [];
+  for (let o = 16; o < end; o += INDEX_ENTRY_BYTES) {
+    entries.push({ key: buf.toString('hex', o, o + 32), offsetBytes: Number(buf.readBigUInt64LE(o + 32)), sizeBytes: Number(buf.readBigUInt64LE(o + 40)) });
+  }
+  return { coveredBytes: Number(buf.readBigUInt64LE(8)), entries };
 }
