@@ -79,6 +79,7 @@ export class JournalWriter {
 
   constructor(private readonly dir: string, firstSeq: number) {
     fs.mkdirSync(dir, { recursive: true });
+    trimBeyond(dir, firstSeq);
     this.fd = this.create(firstSeq);
   }
 
@@ -129,6 +130,30 @@ export class JournalWriter {
   }
 }
 
+/**
+ * At open the database is the truth. After a power loss its tail and the journal's may be lost
+ * unevenly: entries numbered past the database (changes the database no longer has) would later be
+ * replayed in place of the new changes that reuse their numbers. They are cut off the newest file
+ * (a copy of that file is kept beside it as `.beyond-<ms>`).
+ */
+function trimBeyond(dir: string, firstSeq: number): void {
+  const files = listJournalFiles(dir);
+  for (let i = files.length - 1; i >= 0; i--) {
+    const f = files[i];
+    if (f.firstSeq >= firstSeq) {
+      if (fs.statSync(f.file).size > 0) fs.renameSync(f.file, `${f.file}.beyond-${Date.now()}`);
+      continue;
+    }
+    const { entries, endOffsets } = readJournalFile(f.file);
+    if (entries.length === 0 || entries[entries.length - 1].seq < firstSeq) return;
+    const kept = entries.findIndex((e) => e.seq >= firstSeq);
+    const keepBytes = kept === 0 ? 0 : endOffsets[kept - 1];
+    fs.copyFileSync(f.file, `${f.file}.beyond-${Date.now()}`);
+    fs.truncateSync(f.file, keepBytes);
+    return;
+  }
+}
+
 export interface JournalDamage {
   file: string;
   offsetBytes: number;
@@ -139,12 +164,14 @@ export interface JournalDamage {
  * Every readable entry of one file, in order. Reading stops at the first bad frame: a torn tail after
  * a crash, or damage (what follows cannot be framed again reliably); it is reported, not thrown.
  */
-export function readJournalFile(file: string): { entries: JournalEntry[]; damage?: JournalDamage } {
+export function readJournalFile(file: string): { entries: JournalEntry[]; endOffsets: number[]; damage?: JournalDamage } {
   const buf = fs.readFileSync(file);
   const entries: JournalEntry[] = [];
+  /** Where each entry ends in the file. */
+  const endOffsets: number[] = [];
   let pos = 0;
   while (pos < buf.length) {
-    const bad = (reason: string) => ({ entries, damage: { file, offsetBytes: pos, reason } });
+    const bad = (reason: string) => ({ entries, endOffsets, damage: { file, offsetBytes: pos, reason } });
     if (pos + FRAME_HEADER_BYTES > buf.length) return bad('torn frame header');
     const len = buf.readUInt32LE(pos);
     if (len === 0 || len > JOURNAL_ENTRY_MAX_BYTES) return bad(`bad entry length ${len}`);
@@ -160,8 +187,9 @@ export function readJournalFile(file: string): { entries: JournalEntry[]; damage
     if (!Number.isSafeInteger(entry.seq) || entry.seq < 1 || typeof entry.op !== 'string') return bad('entry without seq or op');
     entries.push(entry);
     pos += FRAME_HEADER_BYTES + len;
+    endOffsets.push(pos);
   }
-  return { entries };
+  return { entries, endOffsets };
 }
 
 /**

@@ -8,7 +8,7 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fsck, FSCK_EXIT, LOST_FOUND_MODEL } from '../../store/fsck';
-import { JOURNAL_DIR_NAME, listJournalFiles } from '../../store/meta/journal';
+import { JOURNAL_DIR_NAME, JournalWriter, listJournalFiles, readJournalFile } from '../../store/meta/journal';
 import { META_FILE, SNAPSHOT_FILE, SNAPSHOT_PREVIOUS_FILE, listSnapshots } from '../../store/meta/snapshot';
 import { Store, type StoreConfig } from '../../store/store';
 import type { VersionRecord } from '../../store/meta';
@@ -279,6 +279,52 @@ describe('fsck and metadata recovery', function () {
     assert.equal(r.exitCode, FSCK_EXIT.repaired);
     assert.equal(r.repairs.refsFixed, 1);
     assert.equal((await fsck({ dataDir: dir })).exitCode, FSCK_EXIT.clean);
+  });
+
+  it('a database that lost its tail (power loss) cuts the journal entries past it, so replay never applies changes the database no longer has', async () => {
+    const cfg = config(dir, { metaSnapshotOnClose: false });
+    const put = async (names: string[], seed: number) => {
+      const store = await Store.open(cfg);
+      try {
+        for (const [i, n] of names.entries()) await store.put(n, seededBytes(seed + i, 20_000));
+      } finally {
+        await store.close();
+      }
+    };
+    await put(['m/a', 'm/b', 'm/c'], 1);
+    const older = fs.readFileSync(path.join(dir, META_FILE));
+    await put(['m/d', 'm/e'], 10);
+    fs.writeFileSync(path.join(dir, META_FILE), older); // the database is back at m/c: m/d and m/e never happened
+    await put(['m/f'], 20);
+    const journal = fs.readdirSync(path.join(dir, JOURNAL_DIR_NAME));
+    assert.ok(journal.some((f) => /\.(beyond|stale)-/.test(f)), `the entries past the database are kept aside: ${journal.join(', ')}`);
+    fs.rmSync(path.join(dir, META_FILE));
+    const r = await fsck({ dataDir: dir, repair: true });
+    assert.equal(r.exitCode, FSCK_EXIT.repaired, JSON.stringify(r.restore));
+    const store = await Store.open(config(dir));
+    try {
+      for (const n of ['m/a', 'm/b', 'm/c', 'm/f']) assert.equal((await store.versions(n)).length, 1, n);
+      for (const n of ['m/d', 'm/e']) await rejectsWith(() => store.stat(n), 'ENOENT');
+      assert.equal(sha256(await store.get('m/f')), sha256(seededBytes(20, 20_000)));
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('journal: entries past the database in the same file are cut off at open (a copy kept), torn tails are reported, not thrown', () => {
+    const jdir = path.join(dir, JOURNAL_DIR_NAME);
+    const w = new JournalWriter(jdir, 1);
+    for (let seq = 1; seq <= 5; seq++) w.append({ seq, op: 'remove', name: `m/n${seq}` });
+    w.close();
+    new JournalWriter(jdir, 4).close(); // the database holds entries up to 3 only
+    const files = listJournalFiles(jdir);
+    assert.deepEqual(files.map((f) => f.firstSeq), [1, 4]);
+    assert.deepEqual(readJournalFile(files[0].file).entries.map((e) => e.seq), [1, 2, 3]);
+    assert.equal(fs.readdirSync(jdir).filter((f) => f.includes('.beyond-')).length, 1);
+    fs.appendFileSync(files[0].file, Buffer.from([9, 0, 0, 0, 1, 2])); // a torn frame
+    const torn = readJournalFile(files[0].file);
+    assert.deepEqual(torn.entries.map((e) => e.seq), [1, 2, 3]);
+    assert.match(torn.damage?.reason ?? '', /torn/);
   });
 
   it('refuses a data directory a store holds open (EBUSY), changing nothing', async () => {
