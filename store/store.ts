@@ -28,6 +28,8 @@ import { assert, CascadeError, isCascadeError } from './errors';
 import type { BlockPlacement, ClusterDirectory, MetaEngine, VersionRecord } from './meta';
 import { MemoryMeta } from './meta/memory';
 import { SqliteMeta } from './meta/sqlite';
+import { JOURNAL_DIR_NAME, listJournalFiles } from './meta/journal';
+import { listSnapshots, META_FILE, SNAPSHOT_FILE, takeSnapshot } from './meta/snapshot';
 import { Mover } from './mover';
 import { validateName, validateSha256 } from './names';
 import { LruEviction } from './policy/lru';
@@ -85,6 +87,15 @@ export interface StoreConfig {
   /** 'sqlite' (default, durable) or 'memory' (tests). */
   meta?: 'sqlite' | 'memory';
   segmentTargetBytes?: number;
+  /**
+   * Snapshots of the SQLite metadata (store/meta/snapshot.ts) for `cascade fsck --repair`: one when this
+   * long has passed since the last and something changed (default 10 min; 0: only the other triggers),
+   * one early when the journal passes META_JOURNAL_SNAPSHOT_BYTES, and one at close unless
+   * metaSnapshotOnClose is false (one-shot CLI commands: a close per command would copy the database
+   * each time).
+   */
+  metaSnapshotIntervalMs?: number;
+  metaSnapshotOnClose?: boolean;
   /** Injection points for tests: replace a tier, the metadata engine or the clock. */
   tiers?: { dram?: Tier; disk?: Tier };
   metaEngine?: MetaEngine;
@@ -200,6 +211,14 @@ const BORROWED_GRACE_MS = 1_000;
 const REPLICA_BATCH = 64;
 /** Blocks whose places on the shared tier a node remembers (reads still check every byte). */
 const PLACEMENT_CACHE_ENTRIES = 65_536;
+/** Metadata snapshots: default interval, how often the triggers are looked at, early snapshot past this much journal. */
+const META_SNAPSHOT_INTERVAL_MS_DEFAULT = 10 * 60_000;
+const META_SNAPSHOT_CHECK_MS = 5_000;
+const META_JOURNAL_SNAPSHOT_BYTES = 64 * 1024 * 1024;
+/** Journal files (one per open) past which an open takes a snapshot, which prunes them. */
+const META_JOURNAL_FILES_MAX = 32;
+/** What a refused open says to do about its metadata. */
+const FSCK_HINT = 'run `cascade fsck --repair --data DIR` to restore it from its snapshot, journal and segments';
 /** A node name is a directory name on the shared tier and a key part in the directory. */
 const NODE_NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 
@@ -288,6 +307,10 @@ export class Store {
   private readonly lowWatermarkBytes: number;
   private readonly highWatermarkBytes: number;
   private evictingAhead: Promise<void> | undefined;
+  /** Metadata snapshots (SQLite metadata this store opened itself): the timer, the one running, the last one's seq and time. */
+  private snapshotTimer: NodeJS.Timeout | undefined;
+  private snapshotting: Promise<void> | undefined;
+  private lastSnapshot = { seq: -1, atMs: 0 };
 
   private readonly counters = {
     hits: { dram: 0, remote: 0, disk: 0, shared: 0 } as Record<string, number>,
@@ -308,6 +331,9 @@ export class Store {
     offlineResolves: 0,
     /** Blocks evicted in the background to keep the free-DRAM watermark (part of evictions). */
     evictionsAhead: 0,
+    /** Metadata snapshots taken, and how long the last one took. */
+    metaSnapshots: 0,
+    metaSnapshotMs: 0,
   };
 
   private constructor(
@@ -379,10 +405,11 @@ export class Store {
       }
       await store.reconcile();
       store.startHeartbeat();
+      await store.startSnapshots();
       return store;
     } catch (e) {
       for (const o of opened.reverse()) await o.close().catch(() => undefined);
-      throw e;
+      throw withFsckHint(e, config.dataDir);
     }
   }
 
@@ -953,11 +980,14 @@ export class Store {
     this.closing = true;
     clearTimeout(this.flushRetry);
     clearInterval(this.heartbeat);
+    clearInterval(this.snapshotTimer);
     try {
       await this.mover.idle();
       await this.evictingAhead;
       await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
       await this.meta.sync();
+      await this.snapshotting;
+      if (this.config.metaSnapshotOnClose !== false) await this.snapshotMeta(false);
     } finally {
       this.closed = true;
       await this.remote?.close().catch((e: unknown) => this.warn(`closing the remote DRAM tier: ${String(e)}`));
@@ -1511,6 +1541,56 @@ export class Store {
     for (const [sha, size] of this.pinned) await this.ensureInDram(sha, size);
   }
 
+  // ---- metadata snapshots ---------------------------------------------------------------------------
+
+  /** The SQLite metadata when this store opened it itself (not an injected or clustered engine). */
+  private ownSqlite(): SqliteMeta | undefined {
+    return this.config.metaEngine === undefined && this.meta instanceof SqliteMeta ? this.meta : undefined;
+  }
+
+  private async startSnapshots(): Promise<void> {
+    const meta = this.ownSqlite();
+    if (!meta) return;
+    const newest = listSnapshots(this.config.dataDir, false)[0];
+    this.lastSnapshot = { seq: newest?.seq ?? -1, atMs: Date.now() };
+    // Every open starts a journal file; many short-lived opens (CLI commands) are folded into a snapshot.
+    if (listJournalFiles(path.join(this.config.dataDir, JOURNAL_DIR_NAME)).length > META_JOURNAL_FILES_MAX) await this.snapshotMeta(false);
+    const intervalMs = this.config.metaSnapshotIntervalMs ?? META_SNAPSHOT_INTERVAL_MS_DEFAULT;
+    this.snapshotTimer = setInterval(() => {
+      const due = intervalMs > 0 && Date.now() - this.lastSnapshot.atMs >= intervalMs;
+      if (due || meta.journalFileBytes() >= META_JOURNAL_SNAPSHOT_BYTES) void this.snapshotMeta(true);
+    }, intervalMs > 0 ? Math.min(intervalMs, META_SNAPSHOT_CHECK_MS) : META_SNAPSHOT_CHECK_MS).unref();
+  }
+
+  /**
+   * Snapshot the metadata if it changed since the last one. A failure is a warning: the journal goes
+   * on, so nothing is lost but a longer replay. `background`: skip if the store is closing.
+   */
+  private snapshotMeta(background: boolean): Promise<void> {
+    const meta = this.ownSqlite();
+    if (!meta || this.snapshotting || (background && this.closing)) return this.snapshotting ?? Promise.resolve();
+    let seq: number;
+    try {
+      seq = meta.journalSeq();
+    } catch (e) {
+      this.warn(`metadata snapshot: ${String(e)}`);
+      return Promise.resolve();
+    }
+    if (seq === this.lastSnapshot.seq) {
+      this.lastSnapshot.atMs = Date.now();
+      return Promise.resolve();
+    }
+    this.snapshotting = takeSnapshot(meta, this.config.dataDir)
+      .then((r) => {
+        this.lastSnapshot = { seq: r.seq, atMs: Date.now() };
+        this.counters.metaSnapshots++;
+        this.counters.metaSnapshotMs = r.durationMs;
+      })
+      .catch((e: unknown) => this.warn(`metadata snapshot failed (the journal still has every change): ${String(e)}`))
+      .finally(() => (this.snapshotting = undefined));
+    return this.snapshotting;
+  }
+
   // ---- small helpers --------------------------------------------------------------------------------
 
   /** A block enters the DRAM recency order, unless pinned: pins are never victims, so never scanned. */
@@ -1565,9 +1645,15 @@ export class Store {
  */
 function openSqliteOwned(dataDir: string): SqliteMeta {
   const ownerFile = path.join(dataDir, 'owner.json');
+  const metaFile = path.join(dataDir, META_FILE);
+  // A fresh database next to existing data would make every stored block an orphan, reclaimed at
+  // once (reconcile): refuse instead.
+  if (!fs.existsSync(metaFile) && hasStoredData(dataDir)) {
+    throw new CascadeError('ECORRUPT', `metadata database ${metaFile} is missing but ${dataDir} holds data; ${FSCK_HINT.replace('DIR', dataDir)}`);
+  }
   let meta: SqliteMeta;
   try {
-    meta = SqliteMeta.open(path.join(dataDir, 'meta.sqlite'));
+    meta = SqliteMeta.open(metaFile, { journalDir: path.join(dataDir, JOURNAL_DIR_NAME) });
   } catch (e) {
     if (!isCascadeError(e, 'EBUSY')) throw e;
     let holder = 'another process';
@@ -1589,6 +1675,24 @@ function openSqliteOwned(dataDir: string): SqliteMeta {
     // informational only
   }
   return meta;
+}
+
+/** Whether a data directory holds anything a fresh metadata database would orphan or contradict. */
+export function hasStoredData(dataDir: string): boolean {
+  if (fs.existsSync(path.join(dataDir, SNAPSHOT_FILE)) || listJournalFiles(path.join(dataDir, JOURNAL_DIR_NAME)).length > 0) return true;
+  let names: string[];
+  try {
+    names = fs.readdirSync(path.join(dataDir, 'segments'));
+  } catch {
+    return false;
+  }
+  return names.some((n) => /^seg-\d{8}\.log$/.test(n) && fs.statSync(path.join(dataDir, 'segments', n)).size > 0);
+}
+
+/** A damaged metadata database refuses the open (ECORRUPT) and says how to get the data back. */
+function withFsckHint(e: unknown, dataDir: string): unknown {
+  if (!isCascadeError(e, 'ECORRUPT') || !e.message.includes('metadata database') || e.message.includes('cascade fsck')) return e;
+  return new CascadeError('ECORRUPT', `${e.message.replace(/^ECORRUPT: /, '')}; ${FSCK_HINT.replace('DIR', dataDir)}`, { cause: e });
 }
 
 /** The lease token of `node` when it belongs to a process of this host that is gone, else undefined. */
@@ -1620,6 +1724,7 @@ function validateConfig(c: StoreConfig): void {
   }
   if (c.dramCapacityBytes === undefined && !c.tiers?.dram) throw new CascadeError('EINVAL', 'dramCapacityBytes is required');
   nonNegInt(c.pinQuotaBytes, 'pinQuotaBytes');
+  nonNegInt(c.metaSnapshotIntervalMs, 'metaSnapshotIntervalMs');
   nonNegInt(c.maxBlockBytes, 'maxBlockBytes');
   if (c.diskCapacityBytes !== undefined && !(c.diskCapacityBytes >= 0)) throw new CascadeError('EINVAL', 'diskCapacityBytes must be >= 0');
   if (c.keepVersions !== undefined && !(Number.isInteger(c.keepVersions) && c.keepVersions >= 1 && c.keepVersions <= KEEP_VERSIONS_MAX)) {

@@ -9,6 +9,11 @@
  * come from here, so a second process (or a second mount) on the same file must not write; it gets
  * EBUSY at open instead. In exclusive WAL mode SQLite also needs no -shm file.
  *
+ * Journal (optional, `journalDir`): every committed mutation is also appended to the metadata journal
+ * (store/meta/journal.ts) with a sequence number that the same transaction stores in the database
+ * (`journal_seq`), so a snapshot (snapshotTo) plus the entries after its number rebuild the database
+ * exactly when it is lost (`cascade fsck --repair`).
+ *
  * Order: names compare with the BINARY collation, i.e. memcmp of UTF-8 = code point order, the order of
  * compareNames() in memory.ts (which differs from JS `<` only for characters above U+FFFF).
  */
@@ -30,6 +35,7 @@ import {
   compareNames,
   prefixUpperBound,
 } from './memory';
+import { JournalWriter, type JournalEntry, type JournalOp } from './journal';
 
 /** Bump when the schema changes; a database with a newer one is refused (an older binary must not write it). */
 const SCHEMA_VERSION = 3;
@@ -145,11 +151,33 @@ function prepareStatements(db: Database.Database) {
     ),
     bumpSyncCount: db.prepare("UPDATE meta SET value = value + 1 WHERE key = 'sync_count'"),
     nextIno: db.prepare<[], number>("SELECT value FROM meta WHERE key = 'next_ino'").pluck(),
+    journalSeq: db.prepare<[], number>("SELECT value FROM meta WHERE key = 'journal_seq'").pluck(),
+    setJournalSeq: db.prepare<[number]>("UPDATE meta SET value = ? WHERE key = 'journal_seq'"),
+    allVersions: db.prepare<[], VersionRow>(`SELECT ${VERSION_COLUMNS} FROM versions ORDER BY name, version`),
+    // Versions per content, for the reference counts (fsck): content in versions, in blocks, or both.
+    refCounts: db.prepare<[], { sha: string; counted: number; size: number; refs: number | null }>(
+      `SELECT v.sha AS sha, count(*) AS counted, min(v.size) AS size, b.refs AS refs FROM versions v LEFT JOIN blocks b ON b.sha = v.sha GROUP BY v.sha`,
+    ),
+    blocksWithoutVersions: db.prepare<[], BlockRow>('SELECT sha, size, refs, pinned FROM blocks b WHERE NOT EXISTS (SELECT 1 FROM versions v WHERE v.sha = b.sha)'),
     setNextIno: db.prepare<[number]>("UPDATE meta SET value = ? WHERE key = 'next_ino'"),
   };
 }
 
 type Statements = ReturnType<typeof prepareStatements>;
+
+export interface SqliteMetaOptions {
+  /** Append every mutation to the metadata journal in this directory (see the header). */
+  journalDir?: string;
+}
+
+/** What fsck finds wrong with the reference counts (each list bounded by the caller's limit). */
+export interface RefProblems {
+  /** Content whose block row says `refs` but `counted` retained versions reference it (refs null: no row). */
+  mismatched: Array<{ sha256: string; refs: number | null; counted: number }>;
+  /** Block rows that no version references. */
+  unreferenced: string[];
+  total: number;
+}
 
 export class SqliteMeta implements MetaEngine {
   readonly kind = 'sqlite';
@@ -163,11 +191,14 @@ export class SqliteMeta implements MetaEngine {
   private readonly txn: Database.Transaction<(body: () => unknown) => unknown>;
   private readonly stmt: Statements;
 
-  static open(path: string): SqliteMeta {
-    return new SqliteMeta(path);
+  private journal: JournalWriter | undefined;
+  private snapshotting = false;
+
+  static open(path: string, options: SqliteMetaOptions = {}): SqliteMeta {
+    return new SqliteMeta(path, options);
   }
 
-  constructor(path: string) {
+  constructor(path: string, options: SqliteMetaOptions = {}) {
     let db: Database.Database | undefined;
     try {
       db = new Database(path, { timeout: BUSY_TIMEOUT_MS });
@@ -182,6 +213,8 @@ export class SqliteMeta implements MetaEngine {
       this.txn = db.transaction((body: () => unknown) => body());
       this.stmt = prepareStatements(db);
       this.counts = this.recount();
+      // A new file at every open: the last one may end in a torn entry (kill -9).
+      if (options.journalDir !== undefined) this.journal = new JournalWriter(options.journalDir, this.journalSeq() + 1);
     } catch (e) {
       db?.close();
       throw mapError(e);
@@ -196,12 +229,14 @@ export class SqliteMeta implements MetaEngine {
       const others = db.prepare<[], { n: number }>("SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name <> 'meta'").get();
       if ((others?.n ?? 0) > 0) throw new CascadeError('EINVAL', `${path} is not a Cascade metadata database`);
       db.exec(SCHEMA);
-      db.prepare("INSERT INTO meta (key, value) VALUES ('schema_version', ?), ('sync_count', 0), ('next_ino', ?)").run(
+      db.prepare("INSERT INTO meta (key, value) VALUES ('schema_version', ?), ('sync_count', 0), ('next_ino', ?), ('journal_seq', 0)").run(
         SCHEMA_VERSION,
         INODE_FIRST_ALLOCATED,
       );
       return;
     }
+    // Databases from before the journal: numbering starts now (no schema change, older builds ignore it).
+    db.exec("INSERT OR IGNORE INTO meta (key, value) VALUES ('journal_seq', 0)");
     const version = found.value;
     if (typeof version !== 'number' || !Number.isInteger(version)) {
       throw new CascadeError('EINVAL', `${path}: unreadable schema version ${String(version)}`);
@@ -263,61 +298,20 @@ export class SqliteMeta implements MetaEngine {
   }
 
   async commit(name: string, sha256: string, sizeBytes: number, timeMs: number, keepVersions: number, ino?: number): Promise<CommitResult> {
-    return this.guard(() => {
-      checkCommitArgs(name, sha256, sizeBytes, timeMs, keepVersions);
-      checkIno(ino);
-      return this.mutate((counts) => {
-        const released: string[] = [];
-        const fileIno = ino ?? this.stmt.current.get(name)?.ino ?? this.takeInodes(1);
-        const version = this.addVersion(counts, name, sha256, sizeBytes, timeMs, keepVersions, fileIno, released);
-        return { version, released };
-      });
-    });
+    return this.guard(() => this.execute({ op: 'commit', name, sha256, sizeBytes, timeMs, keepVersions, ...(ino === undefined ? {} : { ino }) }) as CommitResult);
   }
 
   async remove(name: string): Promise<{ released: string[] }> {
-    return this.guard(() => {
-      checkName(name);
-      return this.mutate((counts) => {
-        if (this.stmt.lastVersion.get(name) === undefined) throw new CascadeError('ENOENT', `no such name: ${name}`);
-        const released: string[] = [];
-        this.dropName(counts, name, released);
-        return { released };
-      });
-    });
+    return this.guard(() => this.execute({ op: 'remove', name }) as { released: string[] });
   }
 
   async rename(from: string, to: string, timeMs: number, keepVersions: number): Promise<CommitResult> {
-    return this.guard(() => {
-      checkName(from, 'from');
-      checkName(to, 'to');
-      checkTimeMs(timeMs);
-      checkKeepVersions(keepVersions);
-      const readHead = (): VersionRow => {
-        const head = this.stmt.current.get(from);
-        if (head === undefined) throw new CascadeError('ENOENT', `no such name: ${from}`);
-        return head;
-      };
-      if (from === to) return { version: toVersion(readHead()), released: [] };
-      return this.mutate((counts) => {
-        const head = readHead();
-        const released: string[] = [];
-        // Add to `to` first: the moved content gains a reference before `from` drops its own.
-        const version = this.addVersion(counts, to, head.sha, head.size, timeMs, keepVersions, head.ino, released);
-        this.stmt.setMode.run(this.stmt.modeOf.get(from) ?? null, to);
-        this.dropName(counts, from, released);
-        return { version, released };
-      });
-    });
+    return this.guard(() => this.execute({ op: 'rename', from, to, timeMs, keepVersions }) as CommitResult);
   }
 
   async setMode(name: string, mode: number): Promise<void> {
     return this.guard(() => {
-      checkName(name);
-      checkMode(mode);
-      return this.mutate(() => {
-        if (this.stmt.setMode.run(mode, name).changes === 0) throw new CascadeError('ENOENT', `no such name: ${name}`);
-      });
+      this.execute({ op: 'setMode', name, mode });
     });
   }
 
@@ -329,10 +323,7 @@ export class SqliteMeta implements MetaEngine {
   }
 
   async allocateInodes(count: number): Promise<number> {
-    return this.guard(() => {
-      checkInodeCount(count);
-      return this.mutate(() => this.takeInodes(count));
-    });
+    return this.guard(() => this.execute({ op: 'allocateInodes', count }) as number);
   }
 
   async list(prefix: string, options: ListOptions): Promise<string[]> {
@@ -357,15 +348,9 @@ export class SqliteMeta implements MetaEngine {
   }
 
   async setPinned(sha256: string, pinned: boolean): Promise<void> {
-    return this.guard(() =>
-      this.mutate((counts) => {
-        const row = this.stmt.block.get(sha256);
-        if (row === undefined) throw new CascadeError('ENOENT', `no such block: ${sha256}`);
-        if ((row.pinned !== 0) === pinned) return;
-        this.stmt.setPinned.run(pinned ? 1 : 0, sha256);
-        counts.pinnedBytes += pinned ? row.size : -row.size;
-      }),
-    );
+    return this.guard(() => {
+      this.execute({ op: 'setPinned', sha256, pinned });
+    });
   }
 
   async blocks(): Promise<BlockRecord[]> {
@@ -373,22 +358,199 @@ export class SqliteMeta implements MetaEngine {
   }
 
   async forget(sha256: string): Promise<{ removedVersions: number }> {
-    return this.guard(() =>
-      this.mutate((counts) => {
-        const block = this.stmt.block.get(sha256);
-        const rows = this.stmt.bySha.all(sha256);
-        assert(rows.length === (block?.refs ?? 0), `block ${sha256} has refs ${block?.refs ?? 0} but ${rows.length} versions`);
-        for (const row of rows) {
-          this.stmt.deleteVersion.run(row.name, row.version);
-          counts.versions--;
-          counts.logicalBytes -= row.size;
-          // A name whose every version went no longer exists (its numbering restarts, as after remove).
-          if (this.stmt.current.get(row.name) === undefined && this.stmt.deleteName.run(row.name).changes > 0) counts.names--;
-        }
-        if (block !== undefined) this.deleteBlockRow(counts, block);
-        return { removedVersions: rows.length };
-      }),
-    );
+    return this.guard(() => this.execute({ op: 'forget', sha256 }) as { removedVersions: number });
+  }
+
+  // ---- journal, snapshots and checks (fsck) ---------------------------------------------------------
+
+  /** The sequence number of the last journaled mutation this database holds (0: none yet). */
+  journalSeq(): number {
+    return this.guard(() => {
+      const seq = this.stmt.journalSeq.get();
+      assert(typeof seq === 'number' && Number.isSafeInteger(seq), `journal_seq is ${String(seq)}`);
+      return seq;
+    });
+  }
+
+  /** Bytes in the current journal file (the store takes a snapshot early when it grows). */
+  journalFileBytes(): number {
+    return this.journal?.fileBytes ?? 0;
+  }
+
+  /**
+   * Re-run one journal entry (fsck, on a database restored from a snapshot): the same mutation with
+   * the same arguments, so the same versions, inode numbers and references result. The database's
+   * journal_seq becomes the entry's. Throws as the original call would on a state it does not fit.
+   */
+  applyJournalEntry(entry: JournalEntry): void {
+    this.guard(() => {
+      const { seq, ...op } = entry;
+      this.execute(op as JournalOp, seq);
+    });
+  }
+
+  /**
+   * Copy the database to `file` with SQLite's online backup (other calls go on meanwhile; the copy is
+   * the state when the backup finishes, with the journal_seq of that state). The journal moves to a new
+   * file first, so files before the snapshot's number can be pruned. One snapshot at a time.
+   */
+  async snapshotTo(file: string): Promise<void> {
+    if (this.closed) throw closedError(this.kind);
+    if (this.snapshotting) throw new CascadeError('EBUSY', 'a snapshot is already being taken');
+    this.snapshotting = true;
+    try {
+      this.journal?.rotate(this.journalSeq() + 1);
+      await this.db.backup(file);
+    } catch (e) {
+      throw mapError(e);
+    } finally {
+      this.snapshotting = false;
+    }
+  }
+
+  /** SQLite's own check of the file (b-trees, pages, indexes): empty when it finds nothing. */
+  integrityCheck(maxErrors: number): string[] {
+    return this.guard(() => {
+      const rows = this.db.pragma(`integrity_check(${Math.max(1, Math.floor(maxErrors))})`, { simple: false }) as Array<{ integrity_check: string }>;
+      const messages = rows.map((r) => r.integrity_check);
+      return messages.length === 1 && messages[0] === 'ok' ? [] : messages;
+    });
+  }
+
+  /** Every retained version, in name order (fsck walks them once; not for the serving path). */
+  *allVersions(): IterableIterator<VersionRecord> {
+    if (this.closed) throw closedError(this.kind);
+    try {
+      for (const row of this.stmt.allVersions.iterate()) yield toVersion(row);
+    } catch (e) {
+      throw mapError(e);
+    }
+  }
+
+  /** Reference counts that disagree with the versions, and block rows nothing references (at most `limit` listed). */
+  checkRefs(limit: number): RefProblems {
+    return this.guard(() => {
+      const out: RefProblems = { mismatched: [], unreferenced: [], total: 0 };
+      for (const r of this.stmt.refCounts.iterate()) {
+        if (r.refs === r.counted) continue;
+        out.total++;
+        if (out.mismatched.length < limit) out.mismatched.push({ sha256: r.sha, refs: r.refs, counted: r.counted });
+      }
+      for (const b of this.stmt.blocksWithoutVersions.iterate()) {
+        out.total++;
+        if (out.unreferenced.length < limit) out.unreferenced.push(b.sha);
+      }
+      return out;
+    });
+  }
+
+  /** Rewrite the block rows from the versions (refs = versions referencing the content). Journaled. */
+  fixRefs(): number {
+    return this.guard(() => this.execute({ op: 'fixRefs' }) as number);
+  }
+
+  /** Every mutation, by journal op: the one implementation for calls and for replay (`replaySeq`). */
+  private execute(op: JournalOp, replaySeq?: number): unknown {
+    switch (op.op) {
+      case 'commit': {
+        const { name, sha256, sizeBytes, timeMs, keepVersions, ino } = op;
+        checkCommitArgs(name, sha256, sizeBytes, timeMs, keepVersions);
+        checkIno(ino);
+        return this.mutate(op, replaySeq, (counts) => {
+          const released: string[] = [];
+          const fileIno = ino ?? this.stmt.current.get(name)?.ino ?? this.takeInodes(1);
+          const version = this.addVersion(counts, name, sha256, sizeBytes, timeMs, keepVersions, fileIno, released);
+          return { version, released };
+        });
+      }
+      case 'remove': {
+        const { name } = op;
+        checkName(name);
+        return this.mutate(op, replaySeq, (counts) => {
+          if (this.stmt.lastVersion.get(name) === undefined) throw new CascadeError('ENOENT', `no such name: ${name}`);
+          const released: string[] = [];
+          this.dropName(counts, name, released);
+          return { released };
+        });
+      }
+      case 'rename': {
+        const { from, to, timeMs, keepVersions } = op;
+        checkName(from, 'from');
+        checkName(to, 'to');
+        checkTimeMs(timeMs);
+        checkKeepVersions(keepVersions);
+        const readHead = (): VersionRow => {
+          const head = this.stmt.current.get(from);
+          if (head === undefined) throw new CascadeError('ENOENT', `no such name: ${from}`);
+          return head;
+        };
+        if (from === to) return { version: toVersion(readHead()), released: [] };
+        return this.mutate(op, replaySeq, (counts) => {
+          const head = readHead();
+          const released: string[] = [];
+          // Add to `to` first: the moved content gains a reference before `from` drops its own.
+          const version = this.addVersion(counts, to, head.sha, head.size, timeMs, keepVersions, head.ino, released);
+          this.stmt.setMode.run(this.stmt.modeOf.get(from) ?? null, to);
+          this.dropName(counts, from, released);
+          return { version, released };
+        });
+      }
+      case 'setMode': {
+        const { name, mode } = op;
+        checkName(name);
+        checkMode(mode);
+        return this.mutate(op, replaySeq, () => {
+          if (this.stmt.setMode.run(mode, name).changes === 0) throw new CascadeError('ENOENT', `no such name: ${name}`);
+        });
+      }
+      case 'allocateInodes':
+        checkInodeCount(op.count);
+        return this.mutate(op, replaySeq, () => this.takeInodes(op.count));
+      case 'setPinned': {
+        const { sha256, pinned } = op;
+        return this.mutate(op, replaySeq, (counts) => {
+          const row = this.stmt.block.get(sha256);
+          if (row === undefined) throw new CascadeError('ENOENT', `no such block: ${sha256}`);
+          if ((row.pinned !== 0) === pinned) return;
+          this.stmt.setPinned.run(pinned ? 1 : 0, sha256);
+          counts.pinnedBytes += pinned ? row.size : -row.size;
+        });
+      }
+      case 'forget': {
+        const { sha256 } = op;
+        return this.mutate(op, replaySeq, (counts) => {
+          const block = this.stmt.block.get(sha256);
+          const rows = this.stmt.bySha.all(sha256);
+          assert(rows.length === (block?.refs ?? 0), `block ${sha256} has refs ${block?.refs ?? 0} but ${rows.length} versions`);
+          for (const row of rows) {
+            this.stmt.deleteVersion.run(row.name, row.version);
+            counts.versions--;
+            counts.logicalBytes -= row.size;
+            // A name whose every version went no longer exists (its numbering restarts, as after remove).
+            if (this.stmt.current.get(row.name) === undefined && this.stmt.deleteName.run(row.name).changes > 0) counts.names--;
+          }
+          if (block !== undefined) this.deleteBlockRow(counts, block);
+          return { removedVersions: rows.length };
+        });
+      }
+      case 'fixRefs':
+        return this.mutate(op, replaySeq, () => {
+          let changed = 0;
+          for (const r of this.stmt.refCounts.all()) {
+            if (r.refs === r.counted) continue;
+            if (r.refs === null) this.stmt.insertBlock.run(r.sha, r.size);
+            this.stmt.setRefs.run(r.counted, r.sha);
+            changed++;
+          }
+          for (const b of this.stmt.blocksWithoutVersions.all()) {
+            this.stmt.deleteBlock.run(b.sha);
+            changed++;
+          }
+          return changed;
+        });
+      default:
+        throw new CascadeError('EINVAL', `unknown journal op ${JSON.stringify((op as { op: unknown }).op)}`);
+    }
   }
 
   async totals(): Promise<MetaTotals> {
@@ -406,6 +568,8 @@ export class SqliteMeta implements MetaEngine {
   async sync(): Promise<void> {
     return this.guard(() => {
       if (!this.dirty) return;
+      // The journal first: once sync() returns, a lost database can be rebuilt up to here.
+      this.journal?.sync();
       this.db.pragma('synchronous = FULL');
       try {
         this.stmt.bumpSyncCount.run();
@@ -421,9 +585,13 @@ export class SqliteMeta implements MetaEngine {
     if (this.closed) return;
     this.closed = true;
     try {
-      this.db.close();
-    } catch (e) {
-      throw mapError(e);
+      this.journal?.close();
+    } finally {
+      try {
+        this.db.close();
+      } catch (e) {
+        throw mapError(e);
+      }
     }
   }
 
@@ -441,12 +609,29 @@ export class SqliteMeta implements MetaEngine {
    * Runs `body` as one transaction. It updates a copy of the totals, which replaces the kept totals only
    * once the transaction has committed; a throw rolls back both.
    */
-  private mutate<T>(body: (counts: MetaTotals) => T): T {
+  private mutate<T>(op: JournalOp, replaySeq: number | undefined, body: (counts: MetaTotals) => T): T {
     const counts = { ...this.counts };
-    const result = this.txn(() => body(counts)) as T;
-    this.counts = counts;
+    let seq = 0;
+    const result = this.txn(() => {
+      const r = body(counts);
+      // The number goes into the same transaction, so a snapshot knows which entries it already holds.
+      seq = replaySeq ?? this.journalSeqRaw() + 1;
+      this.stmt.setJournalSeq.run(seq);
+      return r;
+    }) as T;
+    // fixRefs rewrote the rows wholesale: count again rather than track each change.
+    this.counts = op.op === 'fixRefs' ? this.recount() : counts;
     this.dirty = true;
+    // After the commit: an entry is only ever for a mutation the database holds. A crash between the
+    // two loses this one entry, which the database (still intact then) does not need.
+    if (replaySeq === undefined) this.journal?.append({ ...op, seq } as JournalEntry);
     return result;
+  }
+
+  private journalSeqRaw(): number {
+    const seq = this.stmt.journalSeq.get();
+    assert(typeof seq === 'number' && Number.isSafeInteger(seq), `journal_seq is ${String(seq)}`);
+    return seq;
   }
 
   private recount(): MetaTotals {

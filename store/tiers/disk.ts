@@ -514,22 +514,8 @@ export class DiskSegmentTier implements Tier {
   }
 
   /** Entries of a valid index file and the segment length it covers, or undefined. */
-  private readIndex(id: number): { coveredBytes: number; entries: { key: string; offsetBytes: number; sizeBytes: number }[] } | undefined {
-    let buf: Buffer;
-    try {
-      buf = fs.readFileSync(path.join(this.segDir, `${segName(id)}.idx`));
-    } catch {
-      return undefined;
-    }
-    if (buf.length < 20 || buf.readUInt32LE(0) !== INDEX_MAGIC) return undefined;
-    const count = buf.readUInt32LE(4);
-    const end = 16 + count * INDEX_ENTRY_BYTES;
-    if (buf.length !== end + 4 || buf.readUInt32LE(end) !== crc32(buf.subarray(0, end))) return undefined;
-    const entries = [];
-    for (let o = 16; o < end; o += INDEX_ENTRY_BYTES) {
-      entries.push({ key: buf.toString('hex', o, o + 32), offsetBytes: Number(buf.readBigUInt64LE(o + 32)), sizeBytes: Number(buf.readBigUInt64LE(o + 40)) });
-    }
-    return { coveredBytes: Number(buf.readBigUInt64LE(8)), entries };
+  private readIndex(id: number): SegmentIndex | undefined {
+    return readSegmentIndex(path.join(this.segDir, `${segName(id)}.idx`));
   }
 
   private async recover(): Promise<void> {
@@ -750,4 +736,113 @@ function fsyncDir(dir: string): void {
   } finally {
     fs.closeSync(fd);
   }
+}
+
+/** One record (or damaged stretch) of a segment file, as fsck sees it. */
+export interface ScannedRecord {
+  offsetBytes: number;
+  /** Bytes this record or stretch covers in the file. */
+  lengthBytes: number;
+  /** From a valid header (also when only the payload is bad). */
+  sha256?: string;
+  sizeBytes?: number;
+  /** Absent: header and payload check out. */
+  problem?: string;
+  /** The damage runs to the end of the file (a torn tail after a crash: the store truncates it at open). */
+  tail?: boolean;
+}
+
+/**
+ * Walk every record of a segment file read-only (fsck; the tier's own recovery truncates and
+ * re-indexes, this changes nothing): each record with its payload's SHA-256 checked, and each damaged
+ * stretch with its reason. After damage it resynchronises at the next 4 KiB boundary with a valid
+ * header. `onBytes` gets the bytes read as it goes.
+ */
+export async function scanSegmentFile(file: string, onRecord: (r: ScannedRecord) => void, onBytes?: (n: number) => void): Promise<void> {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const size = fs.fstatSync(fd).size;
+    const header = Buffer.alloc(RECORD_HEADER_BYTES);
+    const chunk = Buffer.allocUnsafe(8 * 1024 * 1024);
+    const headerAt = async (pos: number) => {
+      if ((await readFully(fd, header, pos)) < RECORD_HEADER_BYTES) return 'short header';
+      const h = decodeHeader(header);
+      if (typeof h !== 'string' && pos + recordBytes(h.sizeBytes) > size) return 'record runs past the end of the segment';
+      return h;
+    };
+    let pos = 0;
+    while (pos < size) {
+      const h = await headerAt(pos);
+      if (typeof h !== 'string') {
+        const hash = crypto.createHash('sha256');
+        let problem: string | undefined;
+        for (let done = 0; done < h.sizeBytes; ) {
+          const want = Math.min(chunk.length, h.sizeBytes - done);
+          const n = await readFully(fd, chunk.subarray(0, want), pos + RECORD_ALIGN_BYTES + done);
+          if (n < want) {
+            problem = 'short payload';
+            break;
+          }
+          hash.update(chunk.subarray(0, n));
+          done += n;
+          onBytes?.(n);
+        }
+        if (problem === undefined && hash.digest('hex') !== h.sha256) problem = 'payload SHA-256 mismatch';
+        const lengthBytes = recordBytes(h.sizeBytes);
+        onRecord({ offsetBytes: pos, lengthBytes, sha256: h.sha256, sizeBytes: h.sizeBytes, ...(problem ? { problem } : {}) });
+        onBytes?.(lengthBytes - h.sizeBytes);
+        pos += lengthBytes;
+        continue;
+      }
+      let next = pos + RECORD_ALIGN_BYTES;
+      while (next + RECORD_HEADER_BYTES <= size && typeof (await headerAt(next)) === 'string') next += RECORD_ALIGN_BYTES;
+      const tail = next + RECORD_HEADER_BYTES > size;
+      const end = tail ? size : next;
+      onRecord({ offsetBytes: pos, lengthBytes: end - pos, problem: h, ...(tail ? { tail: true } : {}) });
+      onBytes?.(end - pos);
+      pos = end;
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** Segment files of a disk tier directory, oldest first. */
+export function listSegmentFiles(dir: string): string[] {
+  const segDir = path.join(dir, 'segments');
+  let names: string[];
+  try {
+    names = fs.readdirSync(segDir);
+  } catch {
+    return [];
+  }
+  return names.filter((n) => SEGMENT_RE.test(n)).sort().map((n) => path.join(segDir, n));
+}
+
+export interface SegmentIndex {
+  coveredBytes: number;
+  entries: { key: string; offsetBytes: number; sizeBytes: number }[];
+}
+
+/**
+ * A segment's index file (`seg-N.idx`): the live records up to `coveredBytes` when it was written, or
+ * undefined when missing or damaged. A record before coveredBytes that it does not list is dead
+ * (deleted before the index was written), and the tier will not read it.
+ */
+export function readSegmentIndex(file: string): SegmentIndex | undefined {
+  let buf: Buffer;
+  try {
+    buf = fs.readFileSync(file);
+  } catch {
+    return undefined;
+  }
+  if (buf.length < 20 || buf.readUInt32LE(0) !== INDEX_MAGIC) return undefined;
+  const count = buf.readUInt32LE(4);
+  const end = 16 + count * INDEX_ENTRY_BYTES;
+  if (buf.length !== end + 4 || buf.readUInt32LE(end) !== crc32(buf.subarray(0, end))) return undefined;
+  const entries = [];
+  for (let o = 16; o < end; o += INDEX_ENTRY_BYTES) {
+    entries.push({ key: buf.toString('hex', o, o + 32), offsetBytes: Number(buf.readBigUInt64LE(o + 32)), sizeBytes: Number(buf.readBigUInt64LE(o + 40)) });
+  }
+  return { coveredBytes: Number(buf.readBigUInt64LE(8)), entries };
 }
