@@ -1033,6 +1033,20 @@ describe(`model-based random operations on a real mount (engine ${ENGINE})`, fun
   });
 
   describe('fixed sequences', function () {
+    it('regression (found on fuse-native): a file created again after an unlink while open reads empty, with a new history', async function () {
+      // libfuse hides a file unlinked while open; the name created again continued the hidden file's
+      // store history, so new readers read the unlinked content until the new file committed.
+      await runFixed(ENGINE, [
+        ...SETUP,
+        { t: 'create', p: P('ma/g'), excl: false, rdwr: false },
+        { t: 'unlink', p: P('ma/g') },
+        { t: 'create', p: P('ma/g'), excl: false, rdwr: true },
+        { t: 'write', fd: 1, off: 0, len: 10, seed: 2 },
+        { t: 'close', fd: 1 },
+        { t: 'close', fd: 0 },
+      ]);
+    });
+
     it('a session renamed over a committed file: readers keep the target committed content until the commit, as an O_TRUNC rewrite', async function () {
       await runFixed(ENGINE, [
         { t: 'mkdir', p: P('ma') },
