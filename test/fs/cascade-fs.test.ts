@@ -456,4 +456,18 @@ describe('CascadeFs (no kernel)', function () {
     await fs.unlink('/kv/m/.fuse_hidden0000000c00000003'); // libfuse, at the last release: the new file stays
     assert.equal((await readFile(fs, '/kv/m/g')).toString(), 'new');
   });
+
+  it('regression (fuse-native, found writing the model test): a directory renamed onto one whose file was unlinked while open keeps its files', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await fs.mkdir('/kv/m/d', 0o755);
+    await fs.mkdir('/kv/m/e', 0o755);
+    await writeFile(fs, '/kv/m/d/f', Buffer.from('unlinked'));
+    await writeFile(fs, '/kv/m/e/f', Buffer.from('moved'));
+    await fs.rename('/kv/m/d/f', '/kv/m/d/.fuse_hidden0000000d00000004'); // libfuse: unlink(d/f) while open
+    await fs.rename('/kv/m/e', '/kv/m/d'); // d is empty: allowed
+    await fs.unlink('/kv/m/d/.fuse_hidden0000000d00000004'); // libfuse, at the last release
+    // Before: that release deleted m/d/f, the file moved in.
+    assert.equal((await readFile(fs, '/kv/m/d/f')).toString(), 'moved');
+    assert.deepEqual((await store.versions('m/d/f')).map((v) => v.version), [1], 'a new history at the name');
+  });
 });
