@@ -463,4 +463,40 @@ describe('CascadeFs (no kernel)', function () {
     await fs.unlink('/kv/m/.fuse_hidden0000000b00000002');
     await rejectsWith(() => store.get('m/g'), 'ENOENT');
   });
+
+  it('regression (model test, fuse-native): a name created again after an unlink while open is a new, empty file', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/g', Buffer.from('old content'));
+    const oldIno = (await fs.getattr('/kv/m/g')).ino;
+    const reader = await fs.open('/kv/m/g', O_RDONLY);
+    await fs.rename('/kv/m/g', '/kv/m/.fuse_hidden0000000c00000003'); // libfuse: unlink(g) while open
+    const w = await fs.create('/kv/m/g', 0o644, O_CREAT | O_WRONLY | O_TRUNC);
+    // Before: the new file read as the unlinked file's content until its commit, and continued its history.
+    assert.equal((await readFile(fs, '/kv/m/g')).length, 0, 'the new file reads empty until it commits');
+    assert.notEqual((await fs.getattr('/kv/m/g')).ino, oldIno, 'a new file gets a new inode number');
+    await fs.write(w, Buffer.from('new'), 0);
+    await fs.flush(w);
+    await fs.release(w);
+    assert.deepEqual((await store.versions('m/g')).map((v) => v.version), [1], 'a new history');
+    const buf = Buffer.alloc(11);
+    assert.equal(await fs.read(reader, buf, 0), 11);
+    assert.equal(buf.toString(), 'old content', 'the unlinked file stays readable through its descriptor');
+    await fs.release(reader);
+    await fs.unlink('/kv/m/.fuse_hidden0000000c00000003'); // libfuse, at the last release: the new file stays
+    assert.equal((await readFile(fs, '/kv/m/g')).toString(), 'new');
+  });
+
+  it('regression (fuse-native, found writing the model test): a directory renamed onto one whose file was unlinked while open keeps its files', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await fs.mkdir('/kv/m/d', 0o755);
+    await fs.mkdir('/kv/m/e', 0o755);
+    await writeFile(fs, '/kv/m/d/f', Buffer.from('unlinked'));
+    await writeFile(fs, '/kv/m/e/f', Buffer.from('moved'));
+    await fs.rename('/kv/m/d/f', '/kv/m/d/.fuse_hidden0000000d00000004'); // libfuse: unlink(d/f) while open
+    await fs.rename('/kv/m/e', '/kv/m/d'); // d is empty: allowed
+    await fs.unlink('/kv/m/d/.fuse_hidden0000000d00000004'); // libfuse, at the last release
+    // Before: that release deleted m/d/f, the file moved in.
+    assert.equal((await readFile(fs, '/kv/m/d/f')).toString(), 'moved');
+    assert.deepEqual((await store.versions('m/d/f')).map((v) => v.version), [1], 'a new history at the name');
+  });
 });
