@@ -13,7 +13,6 @@ export interface Caller {
 }
 
 const R_BITS = { owner: 0o400, group: 0o040, other: 0o004 } as const;
-const W_BITS = { owner: 0o200, group: 0o020, other: 0o002 } as const;
 
 function allowed(attr: FileAttr, caller: Caller, bits: { owner: number; group: number; other: number }): boolean {
   if (caller.uid === 0) return true;
@@ -24,8 +23,4 @@ function allowed(attr: FileAttr, caller: Caller, bits: { owner: number; group: n
 
 export function mayRead(attr: FileAttr, caller: Caller): boolean {
   return allowed(attr, caller, R_BITS);
-}
-
-export function mayWrite(attr: FileAttr, caller: Caller): boolean {
-  return allowed(attr, caller, W_BITS);
 }

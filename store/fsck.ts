@@ -21,10 +21,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { KEEP_VERSIONS_DEFAULT } from './constants';
 import { CascadeError, isCascadeError } from './errors';
-import { JOURNAL_DIR_NAME, listJournalFiles, readJournalFile, fsyncDir, type JournalDamage, type JournalEntry } from './meta/journal';
+import { JOURNAL_DIR_NAME, listJournalFiles, readJournalFile, type JournalDamage, type JournalEntry } from './meta/journal';
 import { listSnapshots, META_FILE, takeSnapshot, type SnapshotInfo } from './meta/snapshot';
 import { SqliteMeta } from './meta/sqlite';
-import { listSegmentFiles, readSegmentIndex, scanSegmentFile } from './tiers/disk';
+import { fsyncPath, listSegmentFiles, readSegmentIndex, scanSegmentFile } from './tiers/disk';
 
 /** Items of each kind listed in a report (counts are always complete). */
 export const FSCK_LIST_MAX = 100;
@@ -307,7 +307,7 @@ async function restore(
     const f = path.join(dataDir, META_FILE + suffix);
     if (fs.existsSync(f)) fs.renameSync(f, path.join(aside, META_FILE + suffix));
   }
-  fsyncDir(dataDir);
+  fsyncPath(dataDir);
 
   const tmp = path.join(dataDir, `${META_FILE}.fsck-tmp`);
   for (const suffix of ['', '-wal', '-shm']) fs.rmSync(tmp + suffix, { force: true });
@@ -384,18 +384,13 @@ async function installRestored(dataDir: string, meta: SqliteMeta, report: FsckRe
   const r = report.restore!;
   const tmp = path.join(dataDir, `${META_FILE}.fsck-tmp`);
   await meta.close(); // checkpoints the WAL into the file and removes it
-  const fd = fs.openSync(tmp, 'r');
-  try {
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
+  fsyncPath(tmp);
   const journalDir = path.join(dataDir, JOURNAL_DIR_NAME);
   if (fs.existsSync(journalDir)) fs.renameSync(journalDir, path.join(r.movedAside, JOURNAL_DIR_NAME));
   for (const s of report.snapshots) if (fs.existsSync(s.file)) fs.renameSync(s.file, path.join(r.movedAside, path.basename(s.file)));
   const metaFile = path.join(dataDir, META_FILE);
   fs.renameSync(tmp, metaFile);
-  fsyncDir(dataDir);
+  fsyncPath(dataDir);
   const fresh = SqliteMeta.open(metaFile, { journalDir });
   try {
     await takeSnapshot(fresh, dataDir);

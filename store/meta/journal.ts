@@ -18,6 +18,7 @@ import * as path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { KiB } from '../constants';
 import { CascadeError } from '../errors';
+import { fsyncPath } from '../tiers/disk';
 
 /** The directory of journal files inside a data directory. */
 export const JOURNAL_DIR_NAME = 'meta-journal';
@@ -126,7 +127,7 @@ export class JournalWriter {
     // database kept; it is moved aside (never deleted), so sequence numbers stay unambiguous.
     if (fs.existsSync(file) && fs.statSync(file).size > 0) fs.renameSync(file, `${file}.stale-${Date.now()}`);
     const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_APPEND, 0o600);
-    fsyncDir(this.dir);
+    fsyncPath(this.dir);
     return fd;
   }
 }
@@ -205,15 +206,7 @@ export function pruneJournal(dir: string, coveredSeq: number): number {
     fs.rmSync(files[i].file, { force: true });
     removed++;
   }
-  if (removed > 0) fsyncDir(dir);
+  if (removed > 0) fsyncPath(dir);
   return removed;
 }
 
-export function fsyncDir(dir: string): void {
-  const fd = fs.openSync(dir, 'r');
-  try {
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-}

@@ -9,7 +9,8 @@ import Database from 'better-sqlite3';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { CascadeError } from '../errors';
-import { fsyncDir, JOURNAL_DIR_NAME, pruneJournal } from './journal';
+import { fsyncPath } from '../tiers/disk';
+import { JOURNAL_DIR_NAME, pruneJournal } from './journal';
 import type { SqliteMeta } from './sqlite';
 
 export const META_FILE = 'meta.sqlite';
@@ -88,17 +89,12 @@ export async function takeSnapshot(meta: SqliteMeta, dataDir: string): Promise<S
       db.close();
     }
     if (typeof seq !== 'number') throw new CascadeError('EIO', `snapshot ${tmp} has no journal_seq`);
-    const fd = fs.openSync(tmp, 'r');
-    try {
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
+    fsyncPath(tmp);
     const current = path.join(dataDir, SNAPSHOT_FILE);
     const previous = path.join(dataDir, SNAPSHOT_PREVIOUS_FILE);
     if (fs.existsSync(current)) fs.renameSync(current, previous);
     fs.renameSync(tmp, current);
-    fsyncDir(dataDir);
+    fsyncPath(dataDir);
     // Entries both kept snapshots hold are not needed: a bad newest snapshot falls back to the previous
     // one, which needs the entries after its own number.
     const prev = fs.existsSync(previous) ? readSnapshot(previous, false).seq : undefined;

@@ -440,7 +440,7 @@ export class DiskSegmentTier implements Tier {
     const id = this.nextId++;
     const file = path.join(this.segDir, `${segName(id)}.log`);
     const fd = fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o600);
-    fsyncDir(this.segDir);
+    fsyncPath(this.segDir);
     const seg: Segment = { id, file, fd, endBytes: 0, sealed: false, deadBytes: 0, unsynced: [], readers: 0, compacting: false };
     this.segments.set(id, seg);
     this.active = seg;
@@ -510,7 +510,7 @@ export class DiskSegmentTier implements Tier {
       fs.closeSync(fd);
     }
     fs.renameSync(tmp, file);
-    fsyncDir(this.segDir);
+    fsyncPath(this.segDir);
   }
 
   /** Entries of a valid index file and the segment length it covers, or undefined. */
@@ -693,7 +693,7 @@ export class DiskSegmentTier implements Tier {
     fs.closeSync(seg.fd);
     fs.rmSync(path.join(this.segDir, `${segName(seg.id)}.idx`), { force: true });
     fs.rmSync(seg.file);
-    fsyncDir(this.segDir);
+    fsyncPath(this.segDir);
     this.fileBytes -= seg.endBytes;
     this.compactions++;
   }
@@ -729,8 +729,9 @@ export async function readRecordAt(location: RecordLocation, sha256: string): Pr
   }
 }
 
-function fsyncDir(dir: string): void {
-  const fd = fs.openSync(dir, 'r');
+/** fsync a file or a directory (its entries) by path. */
+export function fsyncPath(p: string): void {
+  const fd = fs.openSync(p, 'r');
   try {
     fs.fsyncSync(fd);
   } finally {
