@@ -28,7 +28,7 @@ import type { VersionRecord } from '../store/meta';
 import { validateDirName, validateName, validateSha256 } from '../store/names';
 import type { DramHold, Store } from '../store/store';
 import { DirTree, split, type DirInfo } from './tree';
-import type { CascadeFsOps, DirEntry, FileAttr, FsStatfs, Handle, SealedBlock, WriteStager } from './types';
+import type { CascadeFsOps, DirEntry, FileAttr, FsStatfs, Handle, SealedBlock, StableAttr, WriteStager } from './types';
 
 const S_IFDIR = 0o040000;
 /** The smallest JS staging buffer: a file written in 128 KiB pieces starts without a regrowth. */
@@ -312,6 +312,40 @@ export class CascadeFs implements CascadeFsOps {
         return { ...this.versionAttr(target), mode: S_IFREG | 0o444, ino: derivedIno(`${target.name}#${target.version}`) };
       }
     }
+  }
+
+  /**
+   * For an engine's attribute cache: the attributes of `path` where they change only through a
+   * request that names it (the root, /kv and directories under it, and committed files with no write
+   * session), with a file's DRAM arena handle when its content is resident; undefined otherwise (the
+   * .cascade tree, a file being written or hidden, and with a shared namespace, where other nodes change
+   * names).
+   */
+  async stableAttr(path: string): Promise<StableAttr | undefined> {
+    if (this.options.sharedNamespace) return undefined;
+    let p: Parsed;
+    try {
+      p = parse(path);
+    } catch {
+      return undefined;
+    }
+    if (p.kind === 'root') return { attr: this.dirAttr(INO.root) };
+    if (p.kind !== 'kv') return undefined;
+    const unstable = () => this.staging.has(p.rel) || this.hidden.has(p.rel) || this.pendingDelete.has(p.rel);
+    const kind = this.tree.kindOf(p.rel);
+    if (kind === 'dir') return { attr: this.dirAttr(this.tree.info(p.rel)) };
+    if (kind !== 'file' || unstable()) return undefined;
+    const v = await this.current(p.rel);
+    if (v === undefined || unstable() || this.tree.kindOf(p.rel) !== 'file') return undefined;
+    return { attr: this.versionAttr(v), blockHandle: this.store.dramHandleOf(v.sha256) };
+  }
+
+  async syncAll(): Promise<void> {
+    await this.store.syncAll();
+  }
+
+  nativeOpened(blockHandles: readonly number[]): void {
+    this.store.noteDramOpens(blockHandles);
   }
 
   async readdir(path: string): Promise<DirEntry[]> {

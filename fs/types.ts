@@ -123,6 +123,22 @@ export interface CascadeFsOps {
   stageOf?(handle: Handle): number | undefined;
   /** Before the engine stops: every staged file's bytes move into the filesystem's own memory. */
   detachStager?(): Promise<void>;
+  /**
+   * An engine's attribute cache (the native engine answers LOOKUP, GETATTR and read-only opens from
+   * it): `path`'s attributes where only a request naming it can change them, else undefined. Optional.
+   */
+  stableAttr?(path: string): Promise<StableAttr | undefined>;
+  /** Make everything written durable (fsync of a read handle an engine opened by itself). Optional. */
+  syncAll?(): Promise<void>;
+  /** Blocks an engine opened by their arena handle, bypassing open(): hits and recent uses. Optional. */
+  nativeOpened?(blockHandles: readonly number[]): void;
   /** Finish background work and persist everything (clean unmount). */
   close(): Promise<void>;
+}
+
+/** Attributes an engine may cache (see CascadeFsOps.stableAttr). */
+export interface StableAttr {
+  attr: FileAttr;
+  /** A file's content in the DRAM arena: its native handle (stale once the block leaves DRAM). */
+  blockHandle?: number;
 }

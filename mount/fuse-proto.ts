@@ -219,6 +219,13 @@ export function entryOut(nodeid: number, attr: FileAttr, v: Validity): Buffer {
   return w.buf;
 }
 
+/** struct fuse_attr alone (what the native engine's attribute cache keeps; ino is the file's own). */
+export const FUSE_ATTR_BYTES = 88;
+
+export function fuseAttr(attr: FileAttr): Buffer {
+  return new Writer(FUSE_ATTR_BYTES).attr(attr).buf;
+}
+
 export function attrOut(attr: FileAttr, v: Validity): Buffer {
   return new Writer(ATTR_OUT_BYTES).u64(validSec(v.attrMs)).u32(validNsec(v.attrMs)).u32(0).attr(attr).buf;
 }

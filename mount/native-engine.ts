@@ -12,9 +12,9 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { requireNative, type NativeFuseSessionBinding } from '../native';
-import type { NativeArenaBinding } from '../native/types';
+import type { NativeArenaBinding, NativeMetaTableBinding } from '../native/types';
 import type { FuseNegotiated } from '../native/types';
-import { CascadeError } from '../store/errors';
+import { CascadeError, isCascadeError } from '../store/errors';
 import type { DramHold } from '../store/store';
 import type { CascadeFsOps, DirEntry, FileAttr, Handle } from '../fs/types';
 import { errnoOf, toErrno } from './errno';
@@ -57,7 +57,6 @@ export const NODES_MAX = 4 * 1024 * 1024;
 export const OPEN_DIRS_MAX = 65_536;
 /** libfuse's default cache lifetimes: the same kernel caching as the fuse-native engine. */
 const VALIDITY: P.Validity = { entryMs: 1000, attrMs: 1000 };
-const ROOT_ID = 1;
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
 /**
  * Smallest version held in the arena for reads served in C++: a file of one 1 MiB request is read
@@ -66,96 +65,78 @@ const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
 export const HOLD_MIN_BYTES = 1024 * 1024 + 1;
 const O_ACCMODE = 3;
 const UNCHANGED_ID = 0xffff_ffff;
+const O_TRUNC = fs.constants.O_TRUNC;
+const S_IFMT = fs.constants.S_IFMT;
+const S_IFREG = fs.constants.S_IFREG;
+/** How often blocks opened in C++ are told to the store (hits, and recency for its eviction). */
+const TOUCH_DRAIN_MS = 250;
 
 function defaultLog(msg: string): void {
   process.stderr.write(`cascade: ${msg}\n`);
 }
 
-/** Node id <-> path. The root is node 1 and is never forgotten. */
-export class NodeTable {
-  /** detached: unlinked or replaced by a rename; the kernel may still hold it through open files. */
-  private readonly byId = new Map<number, { path: string; lookups: number; detached?: boolean }>();
-  private readonly byPath = new Map<string, number>();
-  private nextId = ROOT_ID + 1;
+/** Attribute cache entries the native table keeps at most (then it starts over: misses go to JS). */
+export const ATTRS_MAX = 256 * 1024;
+/** File handles of opens the C++ workers answered start here (native/src/engine/session.h). */
+export const NATIVE_HANDLE_BASE = 2 ** 40;
 
-  constructor(private readonly maxNodes = NODES_MAX) {
-    this.byId.set(ROOT_ID, { path: '/', lookups: 1 });
-    this.byPath.set('/', ROOT_ID);
+/**
+ * Node id <-> path, and the attribute cache the C++ workers answer LOOKUP, GETATTR and read-only opens
+ * from (native/src/engine/meta.h): one table in C++, so a lookup answered there and a FORGET or rename
+ * handled here count on the same nodes. The root is node 1 and is never forgotten.
+ */
+export class NodeTable {
+  readonly native: NativeMetaTableBinding;
+
+  constructor(maxNodes = NODES_MAX, maxAttrs = ATTRS_MAX) {
+    this.native = new (requireNative('the native FUSE engine').MetaTable)(maxNodes, maxAttrs);
   }
 
   get size(): number {
-    return this.byId.size;
+    return this.native.size();
   }
 
   pathOf(id: number): string {
-    const n = this.byId.get(id);
-    // A node the kernel forgot cannot be named again: a kernel bug, or a stale handle after remount.
-    if (n === undefined) throw new CascadeError('ESTALE', `unknown node ${id}`);
-    return n.path;
+    return typed(() => this.native.pathOf(id));
   }
 
   idOf(p: string): number | undefined {
-    return this.byPath.get(p);
+    return this.native.idOf(p);
   }
 
   /** Whether the node's name was unlinked or replaced (it lives on through open files only). */
   isDetached(id: number): boolean {
-    return this.byId.get(id)?.detached === true;
+    return this.native.isDetached(id);
   }
 
   /** A lookup that succeeded: the node for `p`, its lookup count raised by one. */
   remember(p: string): number {
-    const known = this.byPath.get(p);
-    if (known !== undefined) {
-      this.byId.get(known)!.lookups++;
-      return known;
-    }
-    if (this.byId.size >= this.maxNodes) throw new CascadeError('ENFILE', `the kernel holds ${this.byId.size} nodes, the limit`);
-    const id = this.nextId++;
-    this.byId.set(id, { path: p, lookups: 1 });
-    this.byPath.set(p, id);
-    return id;
+    return typed(() => this.native.remember(p));
   }
 
   forget(id: number, count: number): void {
-    if (id === ROOT_ID) return;
-    const n = this.byId.get(id);
-    if (n === undefined) return;
-    n.lookups -= count;
-    if (n.lookups > 0) return;
-    this.byId.delete(id);
-    if (this.byPath.get(n.path) === id) this.byPath.delete(n.path);
+    this.native.forget(id, count);
   }
 
   /** After unlink/rmdir: the name no longer leads to the node (which keeps its path until forgotten). */
   removed(p: string): void {
-    this.detach(p);
-  }
-
-  private detach(p: string): void {
-    const id = this.byPath.get(p);
-    if (id === undefined) return;
-    this.byPath.delete(p);
-    const n = this.byId.get(id);
-    if (n !== undefined && id !== ROOT_ID) n.detached = true;
+    this.native.removed(p);
   }
 
   /** After a rename: `from` and everything under it now live under `to`; a node that was at `to` is detached. */
   renamed(from: string, to: string): void {
-    this.detach(to);
-    const moves: Array<[number, string]> = [];
-    const prefix = from + '/';
-    for (const [p, id] of this.byPath) {
-      if (p === from) moves.push([id, to]);
-      else if (p.startsWith(prefix)) moves.push([id, to + p.slice(from.length)]);
-    }
-    const targetPrefix = to + '/';
-    for (const p of [...this.byPath.keys()]) if (p.startsWith(targetPrefix)) this.byPath.delete(p);
-    for (const [id] of moves) this.byPath.delete(this.byId.get(id)!.path);
-    for (const [id, p] of moves) {
-      this.byId.get(id)!.path = p;
-      this.byPath.set(p, id);
-    }
+    this.native.renamed(from, to);
+  }
+}
+
+/** A native error (code ESTALE, ENFILE, ...) as the typed error fs/ and the errno table know. */
+function typed<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    if (code === 'ESTALE' || code === 'ENFILE' || code === 'EINVAL') throw new CascadeError(code, (e as Error).message);
+    throw e;
   }
 }
 
@@ -179,8 +160,8 @@ export class NativeFuseEngine {
   private session: NativeFuseSessionBinding | undefined;
   private readonly nodes = new NodeTable();
   private readonly holds = new Map<Handle, DramHold>();
-  /** Every open file handle: its node, and its passthrough backing if it has one. */
-  private readonly opens = new Map<Handle, { nodeid: number; backing?: Backing }>();
+  /** Every open file handle: its node, whether it may write, and its passthrough backing if it has one. */
+  private readonly opens = new Map<Handle, { nodeid: number; writer: boolean; backing?: Backing }>();
   /** Per node: open handles with passthrough (all share one backing, a kernel rule) and without. */
   private readonly nodeOpens = new Map<number, { passthrough: number; other: number; backing?: Backing }>();
   private backings: BackingCache | undefined;
@@ -192,13 +173,18 @@ export class NativeFuseEngine {
   private arena = false;
   /** Whether writes of new files are staged natively (the filesystem took the stager). */
   private staging = false;
+  /** Whether attributes are published to the C++ workers (the filesystem offers stableAttr). */
+  private readonly caching: boolean;
+  private touchTimer: NodeJS.Timeout | undefined;
 
   private constructor(
     readonly mountpoint: string,
     private readonly fsOps: CascadeFsOps,
     private readonly options: NativeEngineOptions,
     private readonly log: (msg: string) => void,
-  ) {}
+  ) {
+    this.caching = fsOps.stableAttr !== undefined;
+  }
 
   /**
    * Why the native engine cannot run here, or undefined when it can: /dev/fuse, the addon, and root
@@ -248,6 +234,13 @@ export class NativeFuseEngine {
             ? { arena: options.arena, maxBlockBytes: options.maxBlockBytes }
             : { arenaFd: options.arenaFd }),
           passthrough: options.passthrough === true && process.getuid?.() === 0, // needs CAP_SYS_ADMIN
+          // LOOKUP, GETATTR and FORGET in C++ from the node table; read-only opens of DRAM-resident
+          // files too, except under passthrough (the kernel wants one kind of open per inode).
+          meta: engine.nodes.native,
+          nativeOpens: engine.caching && options.arena !== undefined && options.maxBlockBytes !== undefined && options.passthrough !== true,
+          openFlags: engine.openFlags(),
+          entryValidMs: VALIDITY.entryMs,
+          attrValidMs: VALIDITY.attrMs,
         },
         (request) => engine.dispatch(request),
         (ok, why) => initDone(ok, why),
@@ -264,6 +257,9 @@ export class NativeFuseEngine {
       throw new CascadeError('EIO', `cannot mount ${mnt} with the native engine: ${r.why}`);
     }
     engine.arena = session.negotiated().arena;
+    // Native opens are hits the store counts, and recent uses its eviction must see.
+    engine.touchTimer = setInterval(() => engine.drainTouched(), TOUCH_DRAIN_MS);
+    engine.touchTimer.unref();
     if (options.arena !== undefined && fsOps.useStager !== undefined) {
       engine.staging = fsOps.useStager({
         create: () => session.stageCreate(),
@@ -292,11 +288,16 @@ export class NativeFuseEngine {
   }
 
   info(): object {
+    const m = this.nodes.native.stats();
     return {
       name: 'native',
       ...this.session?.negotiated(),
       ...this.session?.stats(),
-      nodes: this.nodes.size,
+      nodes: m.nodes,
+      cachedAttrs: m.attrs,
+      attrPublishes: m.publishes,
+      attrRefusedPublishes: m.refusedPublishes,
+      attrInvalidations: m.invalidations,
       holds: this.holds.size,
       openDirs: this.dirs.size,
       passthroughFiles: this.backings?.size ?? 0,
@@ -313,7 +314,20 @@ export class NativeFuseEngine {
     return this.unmounting;
   }
 
+  private drainTouched(): void {
+    const s = this.session;
+    if (s === undefined) return;
+    try {
+      const handles = s.drainTouched();
+      if (handles.length > 0) this.fsOps.nativeOpened?.(handles);
+    } catch (e) {
+      this.log(`recording native opens: ${(e as Error).message}`);
+    }
+  }
+
   private async detach(): Promise<void> {
+    if (this.touchTimer !== undefined) clearInterval(this.touchTimer);
+    this.drainTouched();
     if (mountEntry(this.mountpoint)) await fusermountUnmount(this.mountpoint).catch((e: unknown) => this.log(`unmount: ${(e as Error).message}`));
     // Staged bytes live in the session's stager: into the filesystem's memory before it goes.
     if (this.staging) await this.fsOps.detachStager?.().catch((e: unknown) => this.log(`unmount: ${(e as Error).message}`));
@@ -387,8 +401,47 @@ export class NativeFuseEngine {
   }
 
   private async entry(p: string, handle?: Handle): Promise<Buffer> {
-    const attr = await this.fsOps.getattr(p, handle);
+    const attr = await this.attrOf(p, handle);
     return P.entryOut(this.nodes.remember(p), attr, VALIDITY);
+  }
+
+  /**
+   * p's attributes (a handle's, with one); where they are stable, also published to the C++ workers.
+   * The generation is read before resolving: a change answered meanwhile refuses the publish.
+   */
+  private async attrOf(p: string, handle?: Handle): Promise<FileAttr> {
+    if (handle === undefined && this.caching) {
+      const generation = this.nodes.native.generation();
+      const stable = await this.fsOps.stableAttr!(p);
+      if (stable !== undefined) {
+        const a = stable.attr;
+        const isFile = (a.mode & S_IFMT) === S_IFREG;
+        this.nodes.native.publish(p, P.fuseAttr(a), isFile, a.sizeBytes, isFile ? (stable.blockHandle ?? 0) : 0, generation);
+        return a;
+      }
+    }
+    return this.fsOps.getattr(p, handle);
+  }
+
+  /**
+   * Before answering a request that changed p: the workers stop answering from p's attributes (and,
+   * for a directory removed or renamed, from everything under it) and from its parent's (its times).
+   */
+  private invalidate(p: string, subtree = false): void {
+    if (!this.caching) return;
+    this.nodes.native.invalidate(p, subtree);
+    const slash = p.lastIndexOf('/');
+    if (slash >= 0) this.nodes.native.invalidate(slash === 0 ? '/' : p.slice(0, slash), false);
+  }
+
+  /** As invalidate(), for the node a handle request names (which may be detached or forgotten). */
+  private invalidateNode(nodeid: number): void {
+    if (!this.caching) return;
+    try {
+      this.invalidate(this.nodes.pathOf(nodeid));
+    } catch (e) {
+      if (!isCascadeError(e, 'ESTALE')) throw e;
+    }
   }
 
   private async serve(hdr: P.InHeader, r: P.Reader): Promise<Buffer | Buffer[] | undefined> {
@@ -403,7 +456,7 @@ export class NativeFuseEngine {
         const fh = r.u64Big();
         const handle = (flags & P.GETATTR_FH) !== 0 ? handleOf(fh) : undefined;
         if (this.nodes.isDetached(hdr.nodeid)) return P.attrOut(await this.detachedAttr(hdr.nodeid, handle), VALIDITY);
-        const attr = await f.getattr(this.nodes.pathOf(hdr.nodeid), handle);
+        const attr = await this.attrOf(this.nodes.pathOf(hdr.nodeid), handle);
         return P.attrOut(attr, VALIDITY);
       }
       case P.Op.SETATTR:
@@ -412,13 +465,21 @@ export class NativeFuseEngine {
         const mode = r.u32();
         const umask = r.u32();
         const p = childPath(this.nodes.pathOf(hdr.nodeid), r.name());
-        await f.mkdir(p, mode & ~umask);
+        try {
+          await f.mkdir(p, mode & ~umask);
+        } finally {
+          this.invalidate(p);
+        }
         return this.entry(p);
       }
       case P.Op.UNLINK:
       case P.Op.RMDIR: {
         const p = childPath(this.nodes.pathOf(hdr.nodeid), r.name());
-        await (hdr.opcode === P.Op.UNLINK ? f.unlink(p) : f.rmdir(p));
+        try {
+          await (hdr.opcode === P.Op.UNLINK ? f.unlink(p) : f.rmdir(p));
+        } finally {
+          this.invalidate(p, hdr.opcode === P.Op.RMDIR);
+        }
         this.nodes.removed(p);
         return undefined;
       }
@@ -431,7 +492,12 @@ export class NativeFuseEngine {
         const to = childPath(this.nodes.pathOf(newdir), r.name());
         if ((flags & ~P.RENAME_NOREPLACE) !== 0) throw new CascadeError('EINVAL', 'rename: only RENAME_NOREPLACE is supported');
         if ((flags & P.RENAME_NOREPLACE) !== 0 && (await exists(f, to))) throw new CascadeError('EEXIST', `${to} exists`);
-        await f.rename(from, to);
+        try {
+          await f.rename(from, to);
+        } finally {
+          this.invalidate(from, true);
+          this.invalidate(to, true);
+        }
         this.nodes.renamed(from, to);
         return undefined;
       }
@@ -443,10 +509,15 @@ export class NativeFuseEngine {
         const umask = r.u32();
         r.u32();
         const p = childPath(this.nodes.pathOf(hdr.nodeid), r.name());
-        const fh = checkHandle(await f.create(p, mode & ~umask, flags));
+        let fh: Handle;
+        try {
+          fh = checkHandle(await f.create(p, mode & ~umask, flags));
+        } finally {
+          this.invalidate(p);
+        }
         try {
           const entry = await this.entry(p, fh);
-          this.track(fh, this.nodes.idOf(p) ?? 0);
+          this.track(fh, this.nodes.idOf(p) ?? 0, true);
           this.attachStage(fh);
           return [entry, P.openOut(fh, this.openFlags())];
         } catch (e) {
@@ -480,28 +551,53 @@ export class NativeFuseEngine {
       case P.Op.RELEASE: {
         const fh = r.u64();
         const hold = this.holds.get(fh);
+        const writer = this.opens.get(fh)?.writer === true;
         this.holds.delete(fh);
         this.untrack(fh);
         try {
-          await f.release(fh);
+          await f.release(fh); // a writer's last release may commit
         } finally {
           hold?.release();
+          if (writer) this.invalidateNode(hdr.nodeid);
         }
         return undefined;
       }
-      case P.Op.FLUSH:
-        await f.flush(r.u64());
+      case P.Op.FLUSH: {
+        const fh = r.u64();
+        try {
+          await f.flush(fh); // a writer's close commits
+        } finally {
+          if (this.opens.get(fh)?.writer === true) this.invalidateNode(hdr.nodeid);
+        }
         return undefined;
-      case P.Op.FSYNC:
-        await f.fsync(r.u64());
+      }
+      case P.Op.FSYNC: {
+        const fh = r.u64();
+        // A read-only open the C++ workers answered: JS has no handle for it; make everything durable,
+        // as fsync of a read handle does.
+        if (fh >= NATIVE_HANDLE_BASE) {
+          await f.syncAll?.();
+          return undefined;
+        }
+        try {
+          await f.fsync(fh);
+        } finally {
+          if (this.opens.get(fh)?.writer === true) this.invalidateNode(hdr.nodeid);
+        }
         return undefined;
+      }
       case P.Op.FSYNCDIR:
         return undefined;
       case P.Op.SETXATTR: {
         const size = r.u32();
         r.u32(); // flags (XATTR_CREATE/REPLACE): not enforced, as with the fuse-native engine
         const name = r.name();
-        await f.setxattr(this.nodes.pathOf(hdr.nodeid), name, Buffer.from(r.rest(size)), { uid: hdr.uid, gid: hdr.gid, pid: hdr.pid });
+        const p = this.nodes.pathOf(hdr.nodeid);
+        try {
+          await f.setxattr(p, name, Buffer.from(r.rest(size)), { uid: hdr.uid, gid: hdr.gid, pid: hdr.pid });
+        } finally {
+          this.invalidate(p); // a link by hash changes the content
+        }
         return undefined;
       }
       case P.Op.GETXATTR: {
@@ -515,9 +611,15 @@ export class NativeFuseEngine {
         const names = await f.listxattr(this.nodes.pathOf(hdr.nodeid));
         return fitXattr(Buffer.concat(names.map((n) => Buffer.from(`${n}\0`))), size);
       }
-      case P.Op.REMOVEXATTR:
-        await f.removexattr(this.nodes.pathOf(hdr.nodeid), r.name());
+      case P.Op.REMOVEXATTR: {
+        const p = this.nodes.pathOf(hdr.nodeid);
+        try {
+          await f.removexattr(p, r.name());
+        } finally {
+          this.invalidate(p);
+        }
         return undefined;
+      }
       case P.Op.OPENDIR: {
         if (this.dirs.size >= OPEN_DIRS_MAX) throw new CascadeError('EMFILE', `${this.dirs.size} directories are open, the limit`);
         const entries = await f.readdir(this.nodes.pathOf(hdr.nodeid));
@@ -585,7 +687,14 @@ export class NativeFuseEngine {
       // release that follows would commit an empty file): refuse first, saying why.
       throw new CascadeError('EBUSY', `${this.nodes.pathOf(hdr.nodeid)} is open for passthrough reads; write a new file and rename it over`);
     }
-    const fh = checkHandle(await f.open(this.nodes.pathOf(hdr.nodeid), flags));
+    const p = this.nodes.pathOf(hdr.nodeid);
+    const writer = !reading || (flags & O_TRUNC) !== 0;
+    let fh: Handle;
+    try {
+      fh = checkHandle(await f.open(p, flags));
+    } finally {
+      if (writer) this.invalidate(p); // stat shows a write session's size from its open on
+    }
     let openFlags = this.openFlags();
     let backing: Backing | undefined;
     // A read-only handle's flush is a no-op: answered in C++ at close, without a trip through JS.
@@ -611,8 +720,11 @@ export class NativeFuseEngine {
         }
       }
     }
-    this.track(fh, hdr.nodeid, backing);
+    this.track(fh, hdr.nodeid, writer, backing);
     if (!reading) this.attachStage(fh);
+    // The workers missed this open (not cached, or its block had left DRAM): publish what the next
+    // open can be answered from.
+    if (!writer && this.caching && !this.nodes.isDetached(hdr.nodeid)) await this.attrOf(p).catch(() => undefined);
     if (backing !== undefined) openFlags = P.FOPEN.PASSTHROUGH;
     return P.openOut(fh, openFlags, backing?.backingId ?? 0);
   }
@@ -644,8 +756,8 @@ export class NativeFuseEngine {
     }
   }
 
-  private track(fh: Handle, nodeid: number, backing?: Backing): void {
-    this.opens.set(fh, { nodeid, backing });
+  private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing): void {
+    this.opens.set(fh, { nodeid, writer, backing });
     const n = this.nodeOpens.get(nodeid) ?? { passthrough: 0, other: 0 };
     if (backing !== undefined) {
       n.passthrough++;
@@ -687,8 +799,28 @@ export class NativeFuseEngine {
     r.u32();
     const uid = r.u32();
     const gid = r.u32();
-    const f = this.fsOps;
     const p = this.nodes.pathOf(hdr.nodeid);
+    try {
+      return await this.applySetattr(p, valid, fhRaw, sizeRaw, atime, mtime, atimensec, mtimensec, mode, uid, gid);
+    } finally {
+      this.invalidate(p);
+    }
+  }
+
+  private async applySetattr(
+    p: string,
+    valid: number,
+    fhRaw: bigint,
+    sizeRaw: bigint,
+    atime: number,
+    mtime: number,
+    atimensec: number,
+    mtimensec: number,
+    mode: number,
+    uid: number,
+    gid: number,
+  ): Promise<Buffer> {
+    const f = this.fsOps;
     const handle = (valid & P.FATTR.FH) !== 0 ? handleOf(fhRaw) : undefined;
     if ((valid & (P.FATTR.UID | P.FATTR.GID)) !== 0) {
       // Ownership is fixed; a chown that changes nothing (cp -p, tar as the owner) succeeds.

@@ -161,6 +161,51 @@ export interface FuseSessionOptions {
   maxBlockBytes?: number;
   /** With arena: threads hashing staged writes (1..8; default 2). */
   hashThreads?: number;
+  /** Native metadata: LOOKUP, GETATTR and FORGET answered from this table (JS keeps it current). */
+  meta?: NativeMetaTableBinding;
+  /** With meta and arena: read-only opens of cached files whose block is in the arena answered in C++. */
+  nativeOpens?: boolean;
+  /** open_out flags of those opens (FOPEN_DIRECT_IO or FOPEN_KEEP_CACHE, as JS answers its own). */
+  openFlags?: number;
+  /** The kernel's cache lifetimes the workers tell (as JS does). */
+  entryValidMs?: number;
+  attrValidMs?: number;
+}
+
+/**
+ * The native engine's node table and attribute cache (native/src/engine/meta.h). Node ids name paths
+ * for the kernel; attributes JS publishes let the workers answer LOOKUP, GETATTR and read-only opens.
+ */
+export interface NativeMetaTableBinding {
+  /** The node for an absolute path, its lookup count raised by one. ENFILE at the node limit. */
+  remember(path: string): number;
+  forget(id: number, count: number): void;
+  /** The node's path; ESTALE for a node the kernel forgot. */
+  pathOf(id: number): string;
+  isDetached(id: number): boolean;
+  idOf(path: string): number | undefined;
+  removed(path: string): void;
+  renamed(from: string, to: string): void;
+  size(): number;
+  /** Read before resolving a path; a publish with an older generation is refused. */
+  generation(): number;
+  /** Cache path's 88-byte struct fuse_attr (and its arena block, 0 for none); false when refused. */
+  publish(path: string, attr: Uint8Array, isFile: boolean, sizeBytes: number, blockHandle: number, generation: number): boolean;
+  invalidate(path: string, subtree: boolean): void;
+  invalidateAll(): void;
+  stats(): NativeMetaStats;
+}
+
+export interface NativeMetaStats {
+  nodes: number;
+  attrs: number;
+  lookupHits: number;
+  lookupMisses: number;
+  attrHits: number;
+  attrMisses: number;
+  publishes: number;
+  refusedPublishes: number;
+  invalidations: number;
 }
 
 /** A staged file as the engine sees it (native/src/engine/stage.h). */
@@ -205,6 +250,16 @@ export interface FuseSessionStats {
   /** Files staged natively now. */
   stagedFiles: number;
   replyErrors: number;
+  /** Requests answered in C++ from the native metadata table. */
+  servedLookups: number;
+  servedGetattrs: number;
+  servedForgets: number;
+  servedOpens: number;
+  servedReleases: number;
+  /** Read-only opens answered in C++ that are open now. */
+  nativeOpens: number;
+  /** Native opens the store's recency never heard of (its list was full). */
+  touchedDropped: number;
 }
 
 /**
@@ -229,6 +284,8 @@ export interface NativeFuseSessionBinding {
   stats(): FuseSessionStats;
   /** Detach the mount, stop the workers, close /dev/fuse. Idempotent. */
   unmount(): void;
+  /** Arena handles of the blocks opened natively since the last call (for the store's recency and hits). */
+  drainTouched(): number[];
   /** Native writes (options.arena): a new empty stage's id. ENOSPC when too many files are staged. */
   stageCreate(): number;
   /** WRITEs of `fh` land in stage `id` from now on (until the handle is released or the stage dropped). */
@@ -265,6 +322,7 @@ export interface NativeBinding {
     holdsMax: number,
     holdTimeoutMs: number,
   ) => NativeFabricBinding;
+  MetaTable: new (nodesMax: number, attrsMax: number) => NativeMetaTableBinding;
   FuseSession: new (options: FuseSessionOptions, onRequest: (request: Buffer) => void, onInit: (ok: boolean, why: string) => void) => NativeFuseSessionBinding;
   sha256(data: Uint8Array): Promise<string>;
   sha256Sync(data: Uint8Array): string;
@@ -292,4 +350,4 @@ export interface NativeBinding {
 }
 
 /** The ABI this TypeScript expects; a binding built from other sources is refused at load. */
-export const NATIVE_ABI_VERSION = 3;
+export const NATIVE_ABI_VERSION = 4;

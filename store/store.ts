@@ -678,6 +678,27 @@ export class Store {
     }
   }
 
+  /**
+   * The native arena handle of content in DRAM now, or undefined (not resident, or no native arena).
+   * The native engine opens files by it without asking the store; the handle's generation makes a
+   * block evicted meanwhile stale there, so such an open comes back here instead.
+   */
+  dramHandleOf(sha256: string): number | undefined {
+    this.checkOpen();
+    return this.dram instanceof NativeArenaTier ? this.dram.handleOf(sha256) : undefined;
+  }
+
+  /** Blocks the native engine opened by arena handle: DRAM hits, and recent uses for eviction. */
+  noteDramOpens(handles: readonly number[]): void {
+    if (this.closed || !(this.dram instanceof NativeArenaTier)) return;
+    for (const h of handles) {
+      const sha = this.dram.keyOfHandle(h);
+      if (sha === undefined) continue; // evicted since: nothing to keep
+      this.counters.hits.dram++;
+      this.eviction.accessed(sha);
+    }
+  }
+
   /** The DRAM tier's shared mapping, when it has one (see holdInDram). */
   dramRegion(): { address: bigint; lengthBytes: number; fd: number } | undefined {
     this.checkOpen();

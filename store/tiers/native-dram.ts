@@ -54,6 +54,8 @@ export class NativeArenaTier implements Tier {
   private arena: NativeArenaBinding | undefined;
   private closed = false;
   private readonly blocks = new Map<string, NativeBlock>();
+  /** Arena handle -> key, for blocks the native engine opened by handle (its reads are hits). */
+  private readonly keysByHandle = new Map<number, string>();
   /** Writes in flight by key: a second write of the same content waits for the first. */
   private readonly writing = new Map<string, Promise<void>>();
 
@@ -130,7 +132,7 @@ export class NativeArenaTier implements Tier {
       }
       // Visible only once every byte is in place; named so remote peers can hold it (fabric).
       arena.name(handle, key);
-      this.blocks.set(key, { handle, sizeBytes: data.byteLength });
+      this.track(key, { handle, sizeBytes: data.byteLength });
     })();
     this.writing.set(key, done);
     try {
@@ -168,7 +170,7 @@ export class NativeArenaTier implements Tier {
         throw e;
       }
       arena.name(handle, key);
-      this.blocks.set(key, { handle, sizeBytes });
+      this.track(key, { handle, sizeBytes });
     })();
     this.writing.set(key, done);
     try {
@@ -191,7 +193,7 @@ export class NativeArenaTier implements Tier {
     const described = arena.describe(handle); // ESTALE for a handle that is not live
     assert(described.sizeBytes === sizeBytes, 'a sealed block is exactly its size');
     arena.name(handle, key);
-    this.blocks.set(key, { handle, sizeBytes });
+    this.track(key, { handle, sizeBytes });
     return true;
   }
 
@@ -256,6 +258,7 @@ export class NativeArenaTier implements Tier {
     const block = this.blocks.get(key);
     if (block === undefined || this.arena === undefined) return;
     this.blocks.delete(key);
+    this.keysByHandle.delete(block.handle);
     this.arena.free(block.handle);
   }
 
@@ -287,8 +290,26 @@ export class NativeArenaTier implements Tier {
     this.closed = true;
     await Promise.allSettled([...this.writing.values()]);
     this.blocks.clear();
+    this.keysByHandle.clear();
     this.arena?.close(); // unmaps once copies in flight are done; tmpfs frees the memory with the last fd
     this.arena = undefined;
+  }
+
+  private track(key: string, block: NativeBlock): void {
+    this.blocks.set(key, block);
+    this.keysByHandle.set(block.handle, key);
+  }
+
+  /** The arena handle of a block held here (generation-checked: stale once the block is freed). */
+  handleOf(key: string): number | undefined {
+    this.checkOpen();
+    return this.blocks.get(key)?.handle;
+  }
+
+  /** The key of the block behind a live arena handle, or undefined when that block is gone. */
+  keyOfHandle(handle: number): string | undefined {
+    this.checkOpen();
+    return this.keysByHandle.get(handle);
   }
 
   /** Where a block's bytes lie in the arena mapping, or undefined when the block is not here. */

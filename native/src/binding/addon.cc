@@ -121,11 +121,12 @@ void InitMapping(Napi::Env env, Napi::Object exports) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("abiVersion", Napi::Number::New(env, 3));  // 3: peerCredentials
+  exports.Set("abiVersion", Napi::Number::New(env, 4));  // 4: MetaTable (native lookups and opens)
   exports.Set("features", Features(env));
   InitArena(env, exports);
   InitHashIo(env, exports);
   InitMapping(env, exports);
+  InitMeta(env, exports);
   InitEngine(env, exports);
   InitFabric(env, exports);
   return exports;

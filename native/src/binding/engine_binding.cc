@@ -141,6 +141,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
                            InstanceMethod<&FuseSessionWrap::Negotiated>("negotiated"),
                            InstanceMethod<&FuseSessionWrap::Stats>("stats"),
                            InstanceMethod<&FuseSessionWrap::Unmount>("unmount"),
+                           InstanceMethod<&FuseSessionWrap::DrainTouched>("drainTouched"),
                            InstanceMethod<&FuseSessionWrap::StageCreate>("stageCreate"),
                            InstanceMethod<&FuseSessionWrap::StageAttach>("stageAttach"),
                            InstanceMethod<&FuseSessionWrap::StageInfo>("stageInfo"),
@@ -197,6 +198,28 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
       if (!OptU32(env, o, "hashThreads", &hashThreads, false)) return;
       opts.maxBlockBytes = static_cast<uint64_t>(max.As<Napi::Number>().DoubleValue());
       opts.hashThreads = hashThreads;
+    }
+
+    // Native metadata: the node table and attribute cache JS keeps (meta_binding.cc).
+    Napi::Value meta = o.Get("meta");
+    if (!meta.IsUndefined()) {
+      opts.meta = MetaTableOf(meta);
+      if (!opts.meta) {
+        ThrowCode(env, "EINVAL", "options.meta must be a MetaTable");
+        return;
+      }
+      uint32_t openFlags = opts.openFlags, entryValidMs = 1000, attrValidMs = 1000;
+      if (!OptBool(env, o, "nativeOpens", &opts.nativeOpens) || !OptU32(env, o, "openFlags", &openFlags, false) ||
+          !OptU32(env, o, "entryValidMs", &entryValidMs, false) || !OptU32(env, o, "attrValidMs", &attrValidMs, false)) {
+        return;
+      }
+      if (opts.nativeOpens && !opts.arena) {
+        ThrowCode(env, "EINVAL", "options.nativeOpens needs options.arena");
+        return;
+      }
+      opts.openFlags = openFlags;
+      opts.entryValidMs = entryValidMs;
+      opts.attrValidMs = attrValidMs;
     }
 
     requests_ = RequestFn::New(env, info[1].As<Napi::Function>(), "cascade-fuse-request", kRequestQueueMax, 1);
@@ -388,7 +411,23 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("servedWriteBytes", static_cast<double>(s.servedWriteBytes));
     o.Set("stagedFiles", static_cast<double>(session_->stager() ? session_->stager()->stages() : 0));
     o.Set("replyErrors", static_cast<double>(s.replyErrors));
+    o.Set("servedLookups", static_cast<double>(s.servedLookups));
+    o.Set("servedGetattrs", static_cast<double>(s.servedGetattrs));
+    o.Set("servedForgets", static_cast<double>(s.servedForgets));
+    o.Set("servedOpens", static_cast<double>(s.servedOpens));
+    o.Set("servedReleases", static_cast<double>(s.servedReleases));
+    o.Set("nativeOpens", static_cast<double>(s.nativeOpensNow));
+    o.Set("touchedDropped", static_cast<double>(s.touchedDropped));
     return o;
+  }
+
+  // Arena handles of blocks opened natively since the last call.
+  Napi::Value DrainTouched(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    const std::vector<uint64_t> handles = session_ ? session_->DrainTouched() : std::vector<uint64_t>{};
+    Napi::Array a = Napi::Array::New(env, handles.size());
+    for (size_t i = 0; i < handles.size(); i++) a.Set(static_cast<uint32_t>(i), static_cast<double>(handles[i]));
+    return a;
   }
 
   Napi::Value Unmount(const Napi::CallbackInfo& info) {

@@ -7,6 +7,12 @@
 
 namespace cascade {
 class Arena;
+namespace engine {
+class MetaTable;
+}
+// The core table behind a JS MetaTable object (null when it is not one).
+std::shared_ptr<engine::MetaTable> MetaTableOf(Napi::Value value);
+void InitMeta(Napi::Env env, Napi::Object exports);
 // The core arena behind a JS Arena object (null when it is not one, or is closed).
 std::shared_ptr<Arena> ArenaOf(Napi::Value value);
 // Lowercase hex -> bytes (false on an odd length or another character).

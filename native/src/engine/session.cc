@@ -188,6 +188,10 @@ void Session::Unmount() {
   if (fd_ >= 0) close(fd_);
   if (stopFd_ >= 0) close(stopFd_);
   fd_ = stopFd_ = -1;
+  // No worker runs now: native opens give their arena pages back.
+  std::lock_guard<std::mutex> lock(nativeMutex_);
+  for (auto& [fh, open] : nativeOpens_) options_.arena->Unhold(open.hold);
+  nativeOpens_.clear();
 }
 
 void Session::Worker() {
@@ -224,8 +228,29 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
     case FUSE_INIT:
       HandleInit(message, lengthBytes);
       return;
+    case FUSE_LOOKUP:
+      if (ServeLookup(message, lengthBytes)) return;
+      break;
+    case FUSE_GETATTR:
+      if (ServeGetattr(message, lengthBytes)) return;
+      break;
+    case FUSE_FORGET:
+    case FUSE_BATCH_FORGET:
+      if (options_.meta) {
+        ServeForget(message, lengthBytes);  // no answer is due
+        return;
+      }
+      break;
+    case FUSE_OPEN:
+      if (ServeOpen(message, lengthBytes)) return;
+      break;
     case FUSE_READ:
       if (ServeRead(message, lengthBytes)) return;
+      if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_read_in) &&
+          reinterpret_cast<const fuse_read_in*>(message + sizeof(fuse_in_header))->fh >= kNativeHandleBase) {
+        ReplyError(in->unique, EIO);  // never: a native open always has its source (JS has no such handle)
+        return;
+      }
       break;
     case FUSE_WRITE:
       if (ServeWrite(message, lengthBytes)) return;
@@ -250,6 +275,7 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
       // Drop the source before the embedder can reuse the handle number (it answers the release).
       if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_release_in)) {
         const uint64_t fh = reinterpret_cast<const fuse_release_in*>(message + sizeof(fuse_in_header))->fh;
+        if (fh >= kNativeHandleBase && ServeNativeRelease(in->unique, fh)) return;
         ClearReadSource(fh);
         if (stager_) stager_->DetachHandle(fh);
       }
@@ -365,6 +391,179 @@ bool Session::ServeRead(const uint8_t* message, size_t lengthBytes) {
   return true;
 }
 
+void Session::FillAttrOut(const CachedAttr& a, uint64_t nodeid, bool detached, struct fuse_attr* out) const {
+  static_assert(sizeof(fuse_attr) == kFuseAttrBytes, "struct fuse_attr");
+  (void)nodeid;
+  memcpy(out, a.attr, sizeof *out);
+  if (detached) out->nlink = 0;  // unlinked or replaced while open, as on a local filesystem
+}
+
+namespace {
+
+void SplitMs(uint64_t ms, uint64_t* sec, uint32_t* nsec) {
+  *sec = ms / 1000;
+  *nsec = static_cast<uint32_t>((ms % 1000) * 1000000);
+}
+
+}  // namespace
+
+bool Session::ServeLookup(const uint8_t* message, size_t lengthBytes) {
+  if (!options_.meta || lengthBytes <= sizeof(fuse_in_header)) return false;
+  const auto* hdr = reinterpret_cast<const fuse_in_header*>(message);
+  const char* name = reinterpret_cast<const char*>(message + sizeof(fuse_in_header));
+  const size_t room = lengthBytes - sizeof(fuse_in_header);
+  const void* nul = memchr(name, 0, room);
+  if (nul == nullptr) return false;  // malformed: JS answers it
+  const size_t nameBytes = static_cast<const char*>(nul) - name;
+  uint64_t id;
+  CachedAttr a;
+  if (!options_.meta->LookupCached(hdr->nodeid, name, nameBytes, &id, &a)) return false;
+  fuse_entry_out out{};
+  out.nodeid = id;
+  out.generation = 0;  // node ids are never reused while mounted
+  SplitMs(options_.entryValidMs, &out.entry_valid, &out.entry_valid_nsec);
+  SplitMs(options_.attrValidMs, &out.attr_valid, &out.attr_valid_nsec);
+  FillAttrOut(a, id, false, &out.attr);
+  struct iovec iov = {&out, sizeof out};
+  if (Reply(hdr->unique, 0, &iov, 1) == Status::kStale) {
+    // Interrupted: the kernel never learnt of this lookup, so it will never forget it.
+    options_.meta->Forget(id, 1);
+  }
+  servedLookups_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool Session::ServeGetattr(const uint8_t* message, size_t lengthBytes) {
+  if (!options_.meta || lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_getattr_in)) return false;
+  const auto* hdr = reinterpret_cast<const fuse_in_header*>(message);
+  const auto* in = reinterpret_cast<const fuse_getattr_in*>(message + sizeof(fuse_in_header));
+  CachedAttr a;
+  bool detached = false;
+  if ((in->getattr_flags & FUSE_GETATTR_FH) != 0 && in->fh >= kNativeHandleBase) {
+    // fstat of a native open: the version it opened, whatever the name holds now.
+    std::lock_guard<std::mutex> lock(nativeMutex_);
+    auto it = nativeOpens_.find(in->fh);
+    if (it == nativeOpens_.end()) {
+      ReplyError(hdr->unique, EBADF);
+      return true;
+    }
+    a = it->second.attr;
+    detached = options_.meta->IsDetached(it->second.nodeid);
+  } else if ((in->getattr_flags & FUSE_GETATTR_FH) != 0) {
+    return false;  // a JS handle: its writer's size, or the version it holds
+  } else if (!options_.meta->AttrOf(hdr->nodeid, &a)) {
+    return false;
+  }
+  fuse_attr_out out{};
+  SplitMs(options_.attrValidMs, &out.attr_valid, &out.attr_valid_nsec);
+  FillAttrOut(a, hdr->nodeid, detached, &out.attr);
+  struct iovec iov = {&out, sizeof out};
+  Reply(hdr->unique, 0, &iov, 1);
+  servedGetattrs_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Session::ServeForget(const uint8_t* message, size_t lengthBytes) {
+  const auto* hdr = reinterpret_cast<const fuse_in_header*>(message);
+  servedForgets_.fetch_add(1, std::memory_order_relaxed);
+  if (hdr->opcode == FUSE_FORGET) {
+    if (lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_forget_in)) return;
+    options_.meta->Forget(hdr->nodeid, reinterpret_cast<const fuse_forget_in*>(message + sizeof(fuse_in_header))->nlookup);
+    return;
+  }
+  if (lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_batch_forget_in)) return;
+  const auto* batch = reinterpret_cast<const fuse_batch_forget_in*>(message + sizeof(fuse_in_header));
+  const size_t room = (lengthBytes - sizeof(fuse_in_header) - sizeof(fuse_batch_forget_in)) / sizeof(fuse_forget_one);
+  const auto* one = reinterpret_cast<const fuse_forget_one*>(message + sizeof(fuse_in_header) + sizeof(fuse_batch_forget_in));
+  for (size_t i = 0; i < std::min<size_t>(batch->count, room); i++) options_.meta->Forget(one[i].nodeid, one[i].nlookup);
+}
+
+bool Session::ServeOpen(const uint8_t* message, size_t lengthBytes) {
+  if (!options_.meta || !options_.nativeOpens || !options_.arena || lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_open_in)) {
+    return false;
+  }
+  const auto* hdr = reinterpret_cast<const fuse_in_header*>(message);
+  const auto* in = reinterpret_cast<const fuse_open_in*>(message + sizeof(fuse_in_header));
+  // Only plain reads: a writer, O_TRUNC or O_APPEND is JS's (write sessions, EPERM).
+  if ((in->flags & O_ACCMODE) != O_RDONLY || (in->flags & (O_TRUNC | O_APPEND)) != 0) return false;
+  CachedAttr a;
+  if (!options_.meta->AttrOf(hdr->nodeid, &a) || !a.isFile || a.blockHandle == 0) return false;
+  NativeOpen open;
+  open.attr = a;
+  open.nodeid = hdr->nodeid;
+  // Keep: the block's pages stay until Unhold, even if the store evicts or deletes it meanwhile; a
+  // handle whose block already went is stale (the generation check), and JS opens it instead.
+  if (a.sizeBytes == 0 || options_.arena->Keep(a.blockHandle, &open.hold) != Status::kOk) return false;
+  ReadSource source;
+  source.sizeBytes = a.sizeBytes;
+  uint64_t total = 0;
+  for (const Extent& e : open.hold.extents) {
+    source.extents.emplace_back(e.arenaOffsetBytes, e.lengthBytes);
+    total += e.lengthBytes;
+  }
+  // A block of another size (never: content is immutable) or too fragmented for one writev per read.
+  if (open.hold.sizeBytes != a.sizeBytes || total < a.sizeBytes || source.extents.size() >= static_cast<size_t>(kReplyIovMax - 1)) {
+    options_.arena->Unhold(open.hold);
+    return false;
+  }
+  uint64_t fh;
+  {
+    std::lock_guard<std::mutex> lock(nativeMutex_);
+    if (nativeOpens_.size() >= kNativeOpensMax) {
+      options_.arena->Unhold(open.hold);
+      return false;
+    }
+    fh = nextNativeFh_++;
+    if (touched_.size() < kTouchedMax) touched_.push_back(a.blockHandle);
+    else touchedDropped_++;
+    nativeOpens_.emplace(fh, std::move(open));
+  }
+  if (SetReadSource(fh, std::move(source)) != Status::kOk || MarkReadOnly(fh) != Status::kOk) {
+    ClearReadSource(fh);
+    std::lock_guard<std::mutex> lock(nativeMutex_);
+    auto it = nativeOpens_.find(fh);
+    options_.arena->Unhold(it->second.hold);
+    nativeOpens_.erase(it);
+    return false;
+  }
+  OpenOut out{};
+  out.fh = fh;
+  out.open_flags = options_.openFlags;
+  struct iovec iov = {&out, sizeof out};
+  if (Reply(hdr->unique, 0, &iov, 1) == Status::kStale) {
+    ServeNativeRelease(0, fh);  // interrupted: no release will come for it
+    return true;
+  }
+  servedOpens_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+// Ends a native open; unique 0: no request to answer (an open whose reply never arrived).
+bool Session::ServeNativeRelease(uint64_t unique, uint64_t fh) {
+  ClearReadSource(fh);
+  ArenaHold hold;
+  {
+    std::lock_guard<std::mutex> lock(nativeMutex_);
+    auto it = nativeOpens_.find(fh);
+    if (it == nativeOpens_.end()) return false;
+    hold = std::move(it->second.hold);
+    nativeOpens_.erase(it);
+  }
+  options_.arena->Unhold(hold);
+  if (unique != 0) {
+    Reply(unique, 0, nullptr, 0);
+    servedReleases_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+std::vector<uint64_t> Session::DrainTouched() {
+  std::vector<uint64_t> out;
+  std::lock_guard<std::mutex> lock(nativeMutex_);
+  out.swap(touched_);
+  return out;
+}
+
 Status Session::Reply(uint64_t unique, int32_t error, const struct iovec* payload, int payloadCount) {
   if (fd_ < 0) return Status::kClosed;
   if (error < 0 || payloadCount < 0 || payloadCount >= kReplyIovMax) return Status::kInvalid;
@@ -478,6 +677,16 @@ SessionStats Session::stats() const {
   s.servedWrites = servedWrites_.load();
   s.servedWriteBytes = servedWriteBytes_.load();
   s.replyErrors = replyErrors_.load();
+  s.servedLookups = servedLookups_.load();
+  s.servedGetattrs = servedGetattrs_.load();
+  s.servedForgets = servedForgets_.load();
+  s.servedOpens = servedOpens_.load();
+  s.servedReleases = servedReleases_.load();
+  {
+    std::lock_guard<std::mutex> lock(nativeMutex_);
+    s.nativeOpensNow = nativeOpens_.size();
+    s.touchedDropped = touchedDropped_;
+  }
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -21,6 +22,8 @@
 #include "../core/arena.h"
 #include "../core/mapping.h"
 #include "../core/status.h"
+#include "fuse_kernel.h"
+#include "meta.h"
 #include "stage.h"
 
 namespace cascade::engine {
@@ -31,6 +34,11 @@ constexpr unsigned kMaxPagesLimit = 256;          // the kernel's own limit (1 M
 constexpr size_t kReadSourcesMax = 1 << 20;       // handles served natively at once
 constexpr size_t kExtentsPerSourceMax = 1 << 16;  // extents of one served block
 constexpr int kReplyIovMax = 1024;                // IOV_MAX
+// File handles the workers hand out for opens they answer themselves start here: JS's own handles
+// stay far below (fs/ numbers them from 1), so a handle names its owner.
+constexpr uint64_t kNativeHandleBase = uint64_t{1} << 40;
+constexpr size_t kNativeOpensMax = 1 << 20;       // opens answered natively at once
+constexpr size_t kTouchedMax = 1 << 16;           // arena blocks opened natively, not yet told to JS
 
 struct SessionOptions {
   std::string mountpoint;
@@ -48,6 +56,13 @@ struct SessionOptions {
   std::shared_ptr<Arena> arena;
   uint64_t maxBlockBytes = 0;  // a staged file grows to at most this
   unsigned hashThreads = 2;
+  // Native metadata (meta.h): LOOKUP, GETATTR and FORGET answered from it; null: all go to JS.
+  std::shared_ptr<MetaTable> meta;
+  // With meta and arena: read-only opens of cached files whose block is in the arena answered here.
+  bool nativeOpens = false;
+  uint32_t openFlags = FOPEN_DIRECT_IO;  // open_out flags of those opens (as JS gives its own)
+  uint64_t entryValidMs = 1000;          // the kernel's cache lifetimes, as JS tells them
+  uint64_t attrValidMs = 1000;
 };
 
 // What INIT settled.
@@ -71,6 +86,13 @@ struct SessionStats {
   uint64_t servedWrites = 0;
   uint64_t servedWriteBytes = 0;
   uint64_t replyErrors = 0;
+  uint64_t servedLookups = 0;
+  uint64_t servedGetattrs = 0;
+  uint64_t servedForgets = 0;
+  uint64_t servedOpens = 0;
+  uint64_t servedReleases = 0;
+  uint64_t nativeOpensNow = 0;
+  uint64_t touchedDropped = 0;  // native opens the store's recency never heard of (the list was full)
 };
 
 // A block the arena holds for an open handle: bytes [0, sizeBytes) are the extents, in block order,
@@ -111,6 +133,9 @@ class Session {
   bool mapsArena() const { return arenaBase_ != nullptr; }
   // Native writes (null without options.arena).
   Stager* stager() const { return stager_.get(); }
+  // Arena handles of blocks opened natively since the last call (the store counts them as DRAM hits
+  // and as recent uses, so its eviction sees them).
+  std::vector<uint64_t> DrainTouched();
   // Copies block bytes from the arena (extents as in ReadSource) into fd from offset 0: the backing
   // file of a passthrough open. Blocking; the binding runs it on a worker thread.
   Status WriteArenaTo(int fd, const ReadSource& source, std::string* error) const;
@@ -122,6 +147,12 @@ class Session {
   void HandleInit(const uint8_t* message, size_t lengthBytes);
   bool ServeRead(const uint8_t* message, size_t lengthBytes);
   bool ServeWrite(const uint8_t* message, size_t lengthBytes);
+  bool ServeLookup(const uint8_t* message, size_t lengthBytes);
+  bool ServeGetattr(const uint8_t* message, size_t lengthBytes);
+  void ServeForget(const uint8_t* message, size_t lengthBytes);
+  bool ServeOpen(const uint8_t* message, size_t lengthBytes);
+  bool ServeNativeRelease(uint64_t unique, uint64_t fh);
+  void FillAttrOut(const CachedAttr& a, uint64_t nodeid, bool detached, struct fuse_attr* out) const;
   void ReplyError(uint64_t unique, int32_t error);
 
   const SessionOptions options_;
@@ -143,10 +174,23 @@ class Session {
   std::unordered_map<uint64_t, std::shared_ptr<const ReadSource>> sources_;
   std::unordered_set<uint64_t> readOnly_;
 
+  // Opens answered natively: each keeps its block's arena pages (ArenaHold) until its release.
+  struct NativeOpen {
+    ArenaHold hold;
+    CachedAttr attr;
+    uint64_t nodeid = 0;
+  };
+  mutable std::mutex nativeMutex_;
+  std::unordered_map<uint64_t, NativeOpen> nativeOpens_;
+  uint64_t nextNativeFh_ = kNativeHandleBase;
+  std::vector<uint64_t> touched_;
+  uint64_t touchedDropped_ = 0;
+
   mutable std::shared_mutex negotiatedMutex_;
   Negotiated negotiated_;
 
-  std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0};
+  std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0},
+      servedLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0};
 };
 
 }  // namespace cascade::engine

@@ -1,0 +1,208 @@
+#include "meta.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+
+namespace cascade::engine {
+
+namespace {
+
+bool StartsWith(const std::string& s, const std::string& prefix) {
+  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+}  // namespace
+
+MetaTable::MetaTable(uint64_t nodesMax, uint64_t attrsMax) : nodesMax_(nodesMax), attrsMax_(attrsMax) {
+  byId_[kRootNodeId] = Node{"/", 1, false};
+  byPath_["/"] = kRootNodeId;
+}
+
+Status MetaTable::Remember(const std::string& path, uint64_t* id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return RememberLocked(path, id);
+}
+
+Status MetaTable::RememberLocked(const std::string& path, uint64_t* id) {
+  auto known = byPath_.find(path);
+  if (known != byPath_.end()) {
+    byId_[known->second].lookups++;
+    *id = known->second;
+    return Status::kOk;
+  }
+  if (byId_.size() >= nodesMax_ || nextId_ > kNodeIdMax) return Status::kNoSpace;
+  const uint64_t n = nextId_++;
+  byId_[n] = Node{path, 1, false};
+  byPath_[path] = n;
+  *id = n;
+  return Status::kOk;
+}
+
+void MetaTable::Forget(uint64_t id, uint64_t count) {
+  if (id == kRootNodeId) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = byId_.find(id);
+  if (it == byId_.end()) return;
+  Node& n = it->second;
+  n.lookups = count >= n.lookups ? 0 : n.lookups - count;
+  if (n.lookups > 0) return;
+  auto p = byPath_.find(n.path);
+  if (p != byPath_.end() && p->second == id) byPath_.erase(p);
+  byId_.erase(it);
+}
+
+Status MetaTable::PathOf(uint64_t id, std::string* path, bool* detached) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = byId_.find(id);
+  if (it == byId_.end()) return Status::kStale;
+  *path = it->second.path;
+  *detached = it->second.detached;
+  return Status::kOk;
+}
+
+bool MetaTable::IdOf(const std::string& path, uint64_t* id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = byPath_.find(path);
+  if (it == byPath_.end()) return false;
+  *id = it->second;
+  return true;
+}
+
+bool MetaTable::IsDetached(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = byId_.find(id);
+  return it != byId_.end() && it->second.detached;
+}
+
+void MetaTable::Removed(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DetachLocked(path);
+}
+
+void MetaTable::DetachLocked(const std::string& path) {
+  auto it = byPath_.find(path);
+  if (it == byPath_.end()) return;
+  const uint64_t id = it->second;
+  byPath_.erase(it);
+  if (id != kRootNodeId) byId_[id].detached = true;
+}
+
+void MetaTable::Renamed(const std::string& from, const std::string& to) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DetachLocked(to);
+  std::vector<std::pair<uint64_t, std::string>> moves;
+  const std::string prefix = from + "/";
+  for (const auto& [p, id] : byPath_) {
+    if (p == from) moves.emplace_back(id, to);
+    else if (StartsWith(p, prefix)) moves.emplace_back(id, to + p.substr(from.size()));
+  }
+  const std::string targetPrefix = to + "/";
+  for (auto it = byPath_.begin(); it != byPath_.end();) {
+    if (StartsWith(it->first, targetPrefix)) it = byPath_.erase(it);
+    else ++it;
+  }
+  for (const auto& move : moves) byPath_.erase(byId_[move.first].path);
+  for (auto& [id, p] : moves) {
+    byId_[id].path = p;
+    byPath_[p] = id;
+  }
+}
+
+uint64_t MetaTable::nodeCount() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return byId_.size();
+}
+
+uint64_t MetaTable::Generation() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return generation_;
+}
+
+bool MetaTable::Publish(const std::string& path, const CachedAttr& attr, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (generation != generation_) {
+    stats_.refusedPublishes++;
+    return false;
+  }
+  // Full: start over rather than track recency on every hit (a miss costs one trip through JS).
+  if (attrs_.size() >= attrsMax_ && attrs_.count(path) == 0) attrs_.clear();
+  attrs_[path] = attr;
+  stats_.publishes++;
+  return true;
+}
+
+void MetaTable::Invalidate(const std::string& path, bool subtree) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  InvalidateLocked(path, subtree);
+}
+
+void MetaTable::InvalidateLocked(const std::string& path, bool subtree) {
+  generation_++;
+  stats_.invalidations++;
+  attrs_.erase(path);
+  if (!subtree) return;
+  const std::string prefix = path == "/" ? "/" : path + "/";
+  auto it = attrs_.lower_bound(prefix);
+  while (it != attrs_.end() && StartsWith(it->first, prefix)) it = attrs_.erase(it);
+}
+
+void MetaTable::InvalidateAll() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  generation_++;
+  stats_.invalidations++;
+  attrs_.clear();
+}
+
+uint64_t MetaTable::attrCount() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return attrs_.size();
+}
+
+bool MetaTable::LookupCached(uint64_t parent, const char* name, size_t nameBytes, uint64_t* id, CachedAttr* attr) {
+  if (nameBytes == 0 || memchr(name, '/', nameBytes) != nullptr || (nameBytes == 1 && name[0] == '.') ||
+      (nameBytes == 2 && name[0] == '.' && name[1] == '.')) {
+    return false;  // JS answers (and refuses) these
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto p = byId_.find(parent);
+  if (p == byId_.end() || p->second.detached) {
+    stats_.lookupMisses++;
+    return false;
+  }
+  std::string child = p->second.path == "/" ? "/" : p->second.path + "/";
+  child.append(name, nameBytes);
+  auto a = attrs_.find(child);
+  if (a == attrs_.end() || RememberLocked(child, id) != Status::kOk) {
+    stats_.lookupMisses++;
+    return false;
+  }
+  *attr = a->second;
+  stats_.lookupHits++;
+  return true;
+}
+
+bool MetaTable::AttrOf(uint64_t id, CachedAttr* attr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto n = byId_.find(id);
+  if (n == byId_.end() || n->second.detached) {
+    stats_.attrMisses++;
+    return false;
+  }
+  auto a = attrs_.find(n->second.path);
+  if (a == attrs_.end()) {
+    stats_.attrMisses++;
+    return false;
+  }
+  *attr = a->second;
+  stats_.attrHits++;
+  return true;
+}
+
+MetaTable::Stats MetaTable::stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+}  // namespace cascade::engine

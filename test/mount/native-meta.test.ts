@@ -1,0 +1,255 @@
+/**
+ * The native engine's metadata table (native/src/engine/meta.h): LOOKUP, GETATTR, FORGET and read-only
+ * opens answered by the C++ workers from attributes JS publishes. First the table alone through the
+ * binding (no kernel): generations refuse a publish that raced a change, subtree invalidation. Then
+ * real mounts: every change is seen by the next stat and open (close-to-open as before), an open
+ * answered in C++ keeps its version, blocks that left DRAM fall back to JS, never wrong bytes.
+ */
+import * as assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import * as P from '../../mount/fuse-proto';
+import { nativeBinding } from '../../native';
+import { canMount, Daemon } from './daemon';
+
+const MiB = 1024 * 1024;
+const fileAttr = (sizeBytes: number) =>
+  P.fuseAttr({ mode: 0o100644, sizeBytes, nlink: 1, uid: 0, gid: 0, mtimeMs: 1, ctimeMs: 1, atimeMs: 1, ino: 77 });
+
+describe('native engine: metadata table (binding, no kernel)', function () {
+  before(function () {
+    if (nativeBinding() === undefined) return this.skip();
+  });
+
+  it('a publish is refused when anything was invalidated after its generation was read', () => {
+    const t = new (nativeBinding()!.MetaTable)(100, 100);
+    const g = t.generation();
+    t.invalidate('/kv/other', false);
+    assert.equal(t.publish('/kv/a', fileAttr(5), true, 5, 0, g), false, 'a change raced the resolve');
+    assert.equal(t.publish('/kv/a', fileAttr(5), true, 5, 0, t.generation()), true);
+    assert.equal(t.stats().attrs, 1);
+    assert.equal(t.stats().refusedPublishes, 1);
+  });
+
+  it('invalidates one path, or a whole subtree (and not its neighbours)', () => {
+    const t = new (nativeBinding()!.MetaTable)(100, 100);
+    for (const p of ['/kv/d', '/kv/d/a', '/kv/d/e/b', '/kv/d0', '/kv/dd/x']) assert.ok(t.publish(p, fileAttr(1), true, 1, 0, t.generation()));
+    t.invalidate('/kv/d/a', false);
+    assert.equal(t.stats().attrs, 4);
+    t.invalidate('/kv/d', true);
+    assert.equal(t.stats().attrs, 2, '/kv/d0 and /kv/dd/x stay');
+    t.invalidateAll();
+    assert.equal(t.stats().attrs, 0);
+  });
+
+  it('starts over when full rather than grow past its bound', () => {
+    const t = new (nativeBinding()!.MetaTable)(100, 3);
+    for (let i = 0; i < 4; i++) assert.ok(t.publish(`/kv/f${i}`, fileAttr(1), true, 1, 0, t.generation()));
+    assert.ok(t.stats().attrs <= 3);
+  });
+
+  it('checks its arguments in C++ too', () => {
+    const t = new (nativeBinding()!.MetaTable)(100, 100);
+    assert.throws(() => t.publish('/kv/a', Buffer.alloc(10), true, 1, 0, 1), /88-byte/);
+    assert.throws(() => t.remember('relative'), /absolute/);
+    assert.throws(() => new (nativeBinding()!.MetaTable)(0, 1), /nodesMax/);
+  });
+});
+
+/** stats.json's engine part, fresh (the daemon keeps one snapshot for 100 ms). */
+function engineStats(mnt: string): Record<string, number> {
+  spawnSync('sleep', ['0.15']);
+  return (JSON.parse(fs.readFileSync(path.join(mnt, '.cascade', 'stats.json'), 'utf8')) as { engine: Record<string, number> }).engine;
+}
+
+/** stat(2) and a whole read in a fresh Python process: no descriptor or cache of this test's process. */
+function statAndRead(file: string): { size: number; mode: number; data: Buffer } {
+  const r = spawnSync(
+    'python3',
+    ['-c', 'import os,sys; st=os.stat(sys.argv[1]); sys.stdout.write("%d %d\\n" % (st.st_size, st.st_mode)); sys.stdout.flush(); sys.stdout.buffer.write(open(sys.argv[1],"rb").read())', file],
+    { maxBuffer: 64 * MiB },
+  );
+  assert.equal(r.status, 0, String(r.stderr));
+  const nl = r.stdout.indexOf(10);
+  const [size, mode] = r.stdout.subarray(0, nl).toString().split(' ').map(Number);
+  return { size, mode, data: r.stdout.subarray(nl + 1) };
+}
+
+describe('native engine: lookups, stats and opens answered in C++ (real mounts)', function () {
+  this.timeout(120_000);
+  let root: string;
+  let daemon: Daemon | undefined;
+
+  before(function () {
+    if (!canMount() || nativeBinding() === undefined) return this.skip();
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-native-meta-'));
+  });
+
+  afterEach(async () => {
+    await daemon?.stop();
+    daemon = undefined;
+  });
+
+  after(() => {
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  async function start(name: string, extra: string[] = []): Promise<string> {
+    const mnt = path.join(root, name, 'mnt');
+    daemon = new Daemon(mnt, path.join(root, name, 'data'), ['--engine', 'native', ...extra]);
+    await daemon.start();
+    fs.mkdirSync(path.join(mnt, 'kv', 'm'), { recursive: true });
+    return mnt;
+  }
+
+  it('the second open of a small DRAM file is answered in C++, byte-exact; fstat of it is its own', async () => {
+    const mnt = await start('opens');
+    const f = path.join(mnt, 'kv', 'm', 'a');
+    const data = randomBytes(10_000);
+    fs.writeFileSync(f, data);
+    assert.ok(fs.readFileSync(f).equals(data)); // through JS: it publishes the block
+    const before = engineStats(mnt);
+    for (let i = 0; i < 20; i++) assert.ok(fs.readFileSync(f).equals(data));
+    const after = engineStats(mnt);
+    assert.ok(after.servedOpens - before.servedOpens >= 20, `20 opens in C++, saw ${after.servedOpens - before.servedOpens}`);
+    assert.equal(after.servedReleases - before.servedReleases, after.servedOpens - before.servedOpens, 'each released in C++');
+    assert.equal(after.nativeOpens, 0, 'none left open');
+    const fd = fs.openSync(f, 'r');
+    try {
+      assert.equal(fs.fstatSync(fd).size, data.length);
+    } finally {
+      fs.closeSync(fd);
+    }
+  });
+
+  it('every change is seen by the next stat and open: overwrite, O_TRUNC, truncate(2), chmod, rename, unlink, link by hash', async () => {
+    const mnt = await start('changes');
+    const dir = path.join(mnt, 'kv', 'm');
+    const f = path.join(dir, 'f');
+    const v1 = randomBytes(5000);
+    fs.writeFileSync(f, v1);
+    for (let i = 0; i < 3; i++) assert.ok(statAndRead(f).data.equals(v1)); // cached from here on
+    // A whole-file overwrite by another process: close() returned, so the next stat and open see it.
+    const v2 = randomBytes(7000);
+    fs.writeFileSync(f, v2);
+    let s = statAndRead(f);
+    assert.equal(s.size, v2.length);
+    assert.ok(s.data.equals(v2));
+    // truncate(2) by path, no descriptor.
+    const t = spawnSync('python3', ['-c', 'import os,sys; os.truncate(sys.argv[1], 0)', f]);
+    assert.equal(t.status, 0, String(t.stderr));
+    s = statAndRead(f);
+    assert.equal(s.size, 0);
+    assert.equal(s.data.length, 0);
+    fs.writeFileSync(f, v1);
+    statAndRead(f);
+    fs.chmodSync(f, 0o600);
+    assert.equal(statAndRead(f).mode & 0o777, 0o600);
+    // Rename over a cached name; the old name is gone.
+    const g = path.join(dir, 'g');
+    fs.writeFileSync(g, v2);
+    statAndRead(g);
+    fs.renameSync(g, f);
+    s = statAndRead(f);
+    assert.ok(s.data.equals(v2));
+    assert.equal(spawnSync('stat', [g]).status, 1, 'the source name is gone');
+    // A directory rename moves cached children.
+    fs.mkdirSync(path.join(dir, 'd'));
+    fs.writeFileSync(path.join(dir, 'd', 'x'), v1);
+    statAndRead(path.join(dir, 'd', 'x'));
+    fs.renameSync(path.join(dir, 'd'), path.join(dir, 'd2'));
+    assert.ok(statAndRead(path.join(dir, 'd2', 'x')).data.equals(v1));
+    assert.equal(spawnSync('stat', [path.join(dir, 'd', 'x')]).status, 1);
+    // Link by hash: the name becomes other content at once.
+    const sha = spawnSync('getfattr', ['--only-values', '-n', 'user.cascade.sha256', path.join(dir, 'd2', 'x')], { encoding: 'utf8' }).stdout;
+    assert.equal(spawnSync('setfattr', ['-n', 'user.cascade.link', '-v', sha, f]).status, 0);
+    assert.ok(statAndRead(f).data.equals(v1));
+    fs.unlinkSync(f);
+    assert.equal(spawnSync('stat', [f]).status, 1, 'unlinked');
+    const e = engineStats(mnt);
+    assert.ok(e.servedOpens > 0 && e.attrInvalidations > 0, JSON.stringify(e));
+  });
+
+  it('a stat while a file is being written shows the writer\'s size (nothing stale from the cache)', async () => {
+    const mnt = await start('writing');
+    const f = path.join(mnt, 'kv', 'm', 'w');
+    fs.writeFileSync(f, randomBytes(100));
+    statAndRead(f); // cached now
+    // One Python process, no fork while the writer is open (a fork's exec closes the descriptor, which
+    // commits it, as every close with new writes does).
+    const script = [
+      'import os, sys',
+      'f = sys.argv[1]',
+      'fd = os.open(f, os.O_WRONLY | os.O_TRUNC)',
+      'os.write(fd, os.urandom(3000))',
+      'during = os.stat(f).st_size',
+      'read = len(open(f, "rb").read())',
+      'os.close(fd)',
+      'print(during, read, os.stat(f).st_size)',
+    ].join('\n');
+    const r = spawnSync('python3', ['-c', script, f], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(r.stdout.trim().split(' ').map(Number), [3000, 100, 3000], 'session size while written, committed bytes for readers, the new size after close');
+    assert.equal(statAndRead(f).data.length, 3000);
+  });
+
+  it('an open answered in C++ keeps reading its version through overwrite, rename over and unlink', async () => {
+    const mnt = await start('keeps', ['--dram', '64M']);
+    const f = path.join(mnt, 'kv', 'm', 'k');
+    const v1 = randomBytes(200_000);
+    fs.writeFileSync(f, v1);
+    fs.readFileSync(f);
+    const before = engineStats(mnt).servedOpens;
+    const fd = fs.openSync(f, 'r');
+    try {
+      assert.equal(engineStats(mnt).servedOpens - before, 1, 'opened in C++');
+      fs.writeFileSync(f, randomBytes(200_000));
+      const other = path.join(mnt, 'kv', 'm', 'other');
+      fs.writeFileSync(other, randomBytes(1000));
+      fs.renameSync(other, f);
+      fs.unlinkSync(f);
+      const back = Buffer.alloc(v1.length);
+      assert.equal(fs.readSync(fd, back, 0, back.length, 0), v1.length);
+      assert.ok(back.equals(v1));
+    } finally {
+      fs.closeSync(fd);
+    }
+  });
+
+  it('files whose blocks left DRAM are opened through JS again, byte-exact; DRAM hits are counted', async () => {
+    const mnt = await start('evicted', ['--dram', '16M']);
+    const dir = path.join(mnt, 'kv', 'm');
+    const files = Array.from({ length: 24 }, (_, i) => ({ f: path.join(dir, `b${i}`), data: randomBytes(1 * MiB + 17 * i) }));
+    for (const { f, data } of files) {
+      fs.writeFileSync(f, data);
+      assert.ok(fs.readFileSync(f).equals(data)); // publishes its block while it is resident
+    }
+    // 24 MiB through 16 MiB of DRAM: the first ones were evicted, their cached handles are stale.
+    for (let pass = 0; pass < 2; pass++) for (const { f, data } of files) assert.ok(fs.readFileSync(f).equals(data), `${f} pass ${pass}`);
+    const raw = JSON.parse(fs.readFileSync(path.join(mnt, '.cascade', 'stats.json'), 'utf8')) as { hits: Record<string, number> };
+    assert.ok(raw.hits.dram > 0);
+  });
+
+  it('uncached stat and open+close of many files are answered in C++ after their first lookup', async () => {
+    const mnt = await start('many');
+    const dir = path.join(mnt, 'kv', 'm');
+    for (let i = 0; i < 200; i++) fs.writeFileSync(path.join(dir, `s${i}`), `small ${i}`);
+    // A first pass through JS publishes them; the kernel forgets its own entries after 1 s.
+    for (let i = 0; i < 200; i++) fs.readFileSync(path.join(dir, `s${i}`));
+    await new Promise((r) => setTimeout(r, 1200));
+    const before = engineStats(mnt);
+    for (let i = 0; i < 200; i++) {
+      assert.equal(fs.statSync(path.join(dir, `s${i}`)).size, `small ${i}`.length);
+      assert.equal(fs.readFileSync(path.join(dir, `s${i}`), 'utf8'), `small ${i}`);
+    }
+    const after = engineStats(mnt);
+    const lookups = after.servedLookups - before.servedLookups;
+    const opens = after.servedOpens - before.servedOpens;
+    assert.ok(lookups >= 190, `lookups answered in C++: ${lookups} of 200`);
+    assert.ok(opens >= 190, `opens answered in C++: ${opens} of 200`);
+    assert.ok(after.forwarded - before.forwarded < 40, `requests that reached JS: ${after.forwarded - before.forwarded}`);
+  });
+});
