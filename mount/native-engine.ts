@@ -434,6 +434,21 @@ export class NativeFuseEngine {
     if (slash >= 0) this.nodes.native.invalidate(slash === 0 ? '/' : p.slice(0, slash), false);
   }
 
+  /**
+   * Publish a node's attributes now, off the request's path (its generation is read at once, after
+   * the invalidation that preceded it).
+   */
+  private republish(nodeid: number): void {
+    if (!this.caching || this.nodes.isDetached(nodeid)) return;
+    let p: string;
+    try {
+      p = this.nodes.pathOf(nodeid);
+    } catch {
+      return; // forgotten meanwhile
+    }
+    this.attrOf(p).catch(() => undefined); // gone again, or not stable: the next lookup resolves it
+  }
+
   /** As invalidate(), for the node a handle request names (which may be detached or forgotten). */
   private invalidateNode(nodeid: number): void {
     if (!this.caching) return;
@@ -499,6 +514,9 @@ export class NativeFuseEngine {
           this.invalidate(to, true);
         }
         this.nodes.renamed(from, to);
+        // Engines write a temporary file and rename it over the final name: publish the final name.
+        const moved = this.nodes.idOf(to);
+        if (moved !== undefined) this.republish(moved);
         return undefined;
       }
       case P.Op.OPEN:
@@ -560,6 +578,8 @@ export class NativeFuseEngine {
           hold?.release();
           if (writer) this.invalidateNode(hdr.nodeid);
         }
+        // A file just written is usually read next (a KV block): publish it, so that read is native.
+        if (writer) this.republish(hdr.nodeid);
         return undefined;
       }
       case P.Op.FLUSH: {

@@ -692,10 +692,9 @@ export class Store {
   noteDramOpens(handles: readonly number[]): void {
     if (this.closed || !(this.dram instanceof NativeArenaTier)) return;
     for (const h of handles) {
+      this.counters.hits.dram++; // served from DRAM, whatever happened to the block since
       const sha = this.dram.keyOfHandle(h);
-      if (sha === undefined) continue; // evicted since: nothing to keep
-      this.counters.hits.dram++;
-      this.eviction.accessed(sha);
+      if (sha !== undefined) this.eviction.accessed(sha); // evicted since: no recency to keep
     }
   }
 

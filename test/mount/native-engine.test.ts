@@ -253,11 +253,9 @@ describe('native engine: real mounts', function () {
     assert.ok(served >= 6 && served <= 8, `6 reads of up to 1 MiB answered natively, saw ${served}`);
     assert.equal(bytes, data.length);
     assert.ok((after.servedFlushes as number) > (before.servedFlushes as number), 'the read-only close was flushed in C++');
-    // A file of one request is read through JS (holding it would cost more than the trip).
+    // A small file, read once it is published (native-meta.test.ts has the rest).
     fs.writeFileSync(path.join(mnt, 'kv', 'm', 'small'), data.subarray(0, 4096));
-    const s0 = stats(mnt).engine;
     assert.ok(fs.readFileSync(path.join(mnt, 'kv', 'm', 'small')).equals(data.subarray(0, 4096)));
-    assert.equal(stats(mnt).engine.servedReads, s0.servedReads);
     // A file being written is read through JS (its bytes are staged, not in the arena).
     const fd = fs.openSync(path.join(mnt, 'kv', 'm', 'w'), 'w+');
     fs.writeSync(fd, Buffer.from('staged'));

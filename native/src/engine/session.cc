@@ -452,7 +452,14 @@ bool Session::ServeGetattr(const uint8_t* message, size_t lengthBytes) {
   } else if ((in->getattr_flags & FUSE_GETATTR_FH) != 0) {
     return false;  // a JS handle: its writer's size, or the version it holds
   } else if (!options_.meta->AttrOf(hdr->nodeid, &a)) {
-    return false;
+    // fstat of a file unlinked or replaced while open arrives without a handle (the kernel's getattr
+    // has none): a native open of the node has its version; nlink 0, as on a local filesystem.
+    if (!options_.meta->IsDetached(hdr->nodeid)) return false;
+    std::lock_guard<std::mutex> lock(nativeMutex_);
+    auto it = std::find_if(nativeOpens_.begin(), nativeOpens_.end(), [&](const auto& o) { return o.second.nodeid == hdr->nodeid; });
+    if (it == nativeOpens_.end()) return false;  // JS's opens, if any, answer it
+    a = it->second.attr;
+    detached = true;
   }
   fuse_attr_out out{};
   SplitMs(options_.attrValidMs, &out.attr_valid, &out.attr_valid_nsec);
