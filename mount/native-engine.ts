@@ -744,7 +744,7 @@ export class NativeFuseEngine {
     if (!reading) this.attachStage(fh);
     // The workers missed this open (not cached, or its block had left DRAM): publish what the next
     // open can be answered from.
-    if (!writer && this.caching && !this.nodes.isDetached(hdr.nodeid)) await this.attrOf(p).catch(() => undefined);
+    if (!writer) this.republish(hdr.nodeid);
     if (backing !== undefined) openFlags = P.FOPEN.PASSTHROUGH;
     return P.openOut(fh, openFlags, backing?.backingId ?? 0);
   }
