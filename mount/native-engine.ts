@@ -474,8 +474,14 @@ export class NativeFuseEngine {
         const attr = await this.attrOf(this.nodes.pathOf(hdr.nodeid), handle);
         return P.attrOut(attr, VALIDITY);
       }
-      case P.Op.SETATTR:
-        return this.setattr(hdr, r);
+      case P.Op.SETATTR: {
+        const p = this.nodes.pathOf(hdr.nodeid);
+        try {
+          return await this.setattr(p, r);
+        } finally {
+          this.invalidate(p); // truncate, chmod, utimens
+        }
+      }
       case P.Op.MKDIR: {
         const mode = r.u32();
         const umask = r.u32();
@@ -801,7 +807,7 @@ export class NativeFuseEngine {
     if (n.passthrough === 0 && n.other === 0) this.nodeOpens.delete(o.nodeid);
   }
 
-  private async setattr(hdr: P.InHeader, r: P.Reader): Promise<Buffer> {
+  private async setattr(p: string, r: P.Reader): Promise<Buffer> {
     const valid = r.u32();
     r.u32();
     // Fields not named in `valid` may hold anything (ftruncate sends a lock owner, a path truncate a
@@ -819,27 +825,6 @@ export class NativeFuseEngine {
     r.u32();
     const uid = r.u32();
     const gid = r.u32();
-    const p = this.nodes.pathOf(hdr.nodeid);
-    try {
-      return await this.applySetattr(p, valid, fhRaw, sizeRaw, atime, mtime, atimensec, mtimensec, mode, uid, gid);
-    } finally {
-      this.invalidate(p);
-    }
-  }
-
-  private async applySetattr(
-    p: string,
-    valid: number,
-    fhRaw: bigint,
-    sizeRaw: bigint,
-    atime: number,
-    mtime: number,
-    atimensec: number,
-    mtimensec: number,
-    mode: number,
-    uid: number,
-    gid: number,
-  ): Promise<Buffer> {
     const f = this.fsOps;
     const handle = (valid & P.FATTR.FH) !== 0 ? handleOf(fhRaw) : undefined;
     if ((valid & (P.FATTR.UID | P.FATTR.GID)) !== 0) {

@@ -391,9 +391,8 @@ bool Session::ServeRead(const uint8_t* message, size_t lengthBytes) {
   return true;
 }
 
-void Session::FillAttrOut(const CachedAttr& a, uint64_t nodeid, bool detached, struct fuse_attr* out) const {
+void Session::FillAttrOut(const CachedAttr& a, bool detached, struct fuse_attr* out) const {
   static_assert(sizeof(fuse_attr) == kFuseAttrBytes, "struct fuse_attr");
-  (void)nodeid;
   memcpy(out, a.attr, sizeof *out);
   if (detached) out->nlink = 0;  // unlinked or replaced while open, as on a local filesystem
 }
@@ -423,7 +422,7 @@ bool Session::ServeLookup(const uint8_t* message, size_t lengthBytes) {
   out.generation = 0;  // node ids are never reused while mounted
   SplitMs(options_.entryValidMs, &out.entry_valid, &out.entry_valid_nsec);
   SplitMs(options_.attrValidMs, &out.attr_valid, &out.attr_valid_nsec);
-  FillAttrOut(a, id, false, &out.attr);
+  FillAttrOut(a, false, &out.attr);
   struct iovec iov = {&out, sizeof out};
   if (Reply(hdr->unique, 0, &iov, 1) == Status::kStale) {
     // Interrupted: the kernel never learnt of this lookup, so it will never forget it.
@@ -463,7 +462,7 @@ bool Session::ServeGetattr(const uint8_t* message, size_t lengthBytes) {
   }
   fuse_attr_out out{};
   SplitMs(options_.attrValidMs, &out.attr_valid, &out.attr_valid_nsec);
-  FillAttrOut(a, hdr->nodeid, detached, &out.attr);
+  FillAttrOut(a, detached, &out.attr);
   struct iovec iov = {&out, sizeof out};
   Reply(hdr->unique, 0, &iov, 1);
   servedGetattrs_.fetch_add(1, std::memory_order_relaxed);
@@ -526,11 +525,7 @@ bool Session::ServeOpen(const uint8_t* message, size_t lengthBytes) {
     nativeOpens_.emplace(fh, std::move(open));
   }
   if (SetReadSource(fh, std::move(source)) != Status::kOk || MarkReadOnly(fh) != Status::kOk) {
-    ClearReadSource(fh);
-    std::lock_guard<std::mutex> lock(nativeMutex_);
-    auto it = nativeOpens_.find(fh);
-    options_.arena->Unhold(it->second.hold);
-    nativeOpens_.erase(it);
+    ServeNativeRelease(0, fh);  // undo: no source, no hold
     return false;
   }
   OpenOut out{};

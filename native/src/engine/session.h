@@ -152,7 +152,7 @@ class Session {
   void ServeForget(const uint8_t* message, size_t lengthBytes);
   bool ServeOpen(const uint8_t* message, size_t lengthBytes);
   bool ServeNativeRelease(uint64_t unique, uint64_t fh);
-  void FillAttrOut(const CachedAttr& a, uint64_t nodeid, bool detached, struct fuse_attr* out) const;
+  void FillAttrOut(const CachedAttr& a, bool detached, struct fuse_attr* out) const;
   void ReplyError(uint64_t unique, int32_t error);
 
   const SessionOptions options_;
