@@ -27,6 +27,7 @@ import type { Caller } from './access';
 import type { VersionRecord } from '../store/meta';
 import { validateDirName, validateName, validateSha256 } from '../store/names';
 import type { DramHold, Store } from '../store/store';
+import { GpuLeases } from './gpu-leases';
 import { DirTree, split, type DirInfo } from './tree';
 import type { CascadeFsOps, DirEntry, FileAttr, FsStatfs, Handle, SealedBlock, StableAttr, WriteStager } from './types';
 
@@ -44,6 +45,8 @@ export const XATTR_PINNED = 'user.cascade.pinned';
 export const XATTR_SHA256 = 'user.cascade.sha256';
 export const XATTR_TIER = 'user.cascade.tier';
 export const XATTR_LINK = 'user.cascade.link';
+/** Read-only: the content's place in the GPU tier for a same-node GPU process, with a lease (fs/gpu-leases.ts). */
+export const XATTR_CUDA_IPC = 'user.cascade.cuda_ipc';
 /** Values written to our xattrs are short ('1', a hex digest); anything longer is a mistake. */
 const XATTR_VALUE_MAX_BYTES = 256;
 /** Open handles at once; past this, open fails instead of memory growing without bound. */
@@ -249,6 +252,8 @@ export class CascadeFs implements CascadeFsOps {
   private readonly inodes: InodePool;
   /** The engine's native write staging, when it has it and the store can take its blocks. */
   private stager: WriteStager | undefined;
+  /** Leases of user.cascade.cuda_ipc readers on GPU-resident content. */
+  private readonly gpuLeases: GpuLeases;
 
   constructor(
     private readonly store: Store,
@@ -259,6 +264,7 @@ export class CascadeFs implements CascadeFsOps {
     this.modes = modes;
     this.stagingCapacityBytes = options.stagingCapacityBytes ?? Math.min(8 * GiB, Math.floor(os.totalmem() / 4));
     this.inodes = new InodePool(store);
+    this.gpuLeases = new GpuLeases(store);
     // How long requests wait for the JS thread: every FUSE op is served on it. Shown in stats.json.
     this.loopDelay.enable();
   }
@@ -717,10 +723,15 @@ export class CascadeFs implements CascadeFsOps {
 
   // ---- extended attributes ------------------------------------------------------------------------
 
-  async getxattr(path: string, name: string): Promise<Buffer> {
+  async getxattr(path: string, name: string, caller?: Caller): Promise<Buffer> {
     const rel = await this.xattrTarget(path, name);
     if (name === XATTR_LINK) throw new CascadeError('ENODATA', `${XATTR_LINK} is write-only`);
     if (!(await this.exists(rel))) throw new CascadeError('ENODATA', `${path} has no committed content yet`);
+    if (name === XATTR_CUDA_IPC) {
+      if (caller === undefined) throw new CascadeError('EOPNOTSUPP', `${XATTR_CUDA_IPC} needs the calling process, which this engine does not pass (use --engine native)`);
+      const value = await this.gpuLeases.take(caller.pid, rel, await this.store.resolve(rel));
+      return Buffer.from(JSON.stringify(value));
+    }
     const info = await this.store.stat(rel);
     if (name === XATTR_PINNED) return Buffer.from(info.pinned ? '1' : '0');
     if (name === XATTR_SHA256) return Buffer.from(info.sha256);
@@ -731,7 +742,7 @@ export class CascadeFs implements CascadeFsOps {
     const rel = await this.xattrTarget(path, name);
     if (value.length > XATTR_VALUE_MAX_BYTES) throw new CascadeError('EINVAL', `value of ${name} is too long`);
     const text = value.toString('utf8').replace(/\n$/, '');
-    if (name === XATTR_SHA256 || name === XATTR_TIER) throw new CascadeError('EPERM', `${name} is read-only`);
+    if (name === XATTR_SHA256 || name === XATTR_TIER || name === XATTR_CUDA_IPC) throw new CascadeError('EPERM', `${name} is read-only`);
     if (name === XATTR_PINNED) {
       if (text !== '0' && text !== '1') throw new CascadeError('EINVAL', `${XATTR_PINNED} takes 1 (pin) or 0 (unpin)`);
       if (!(await this.exists(rel))) throw new CascadeError('ENOENT', `${path} has no committed content to pin`);
@@ -781,14 +792,20 @@ export class CascadeFs implements CascadeFsOps {
     return (await this.exists(p.rel)) ? [XATTR_PINNED, XATTR_SHA256, XATTR_TIER] : [];
   }
 
-  async removexattr(path: string, name: string): Promise<void> {
+  async removexattr(path: string, name: string, caller?: Caller): Promise<void> {
     const rel = await this.xattrTarget(path, name);
+    if (name === XATTR_CUDA_IPC) {
+      // Ends the caller's lease: the block may be evicted from the GPU tier from now on.
+      if (caller === undefined || !this.gpuLeases.release(caller.pid, rel)) throw new CascadeError('ENODATA', `no GPU lease of this process on ${path}`);
+      return;
+    }
     if (name !== XATTR_PINNED) throw new CascadeError('EPERM', `${name} cannot be removed`);
     if (await this.exists(rel)) await this.store.unpin(rel);
   }
 
   async close(): Promise<void> {
     this.loopDelay.disable();
+    this.gpuLeases.close();
     // Commit what writers left open (a clean unmount loses nothing), then persist the store.
     for (const st of [...this.staging.values()]) {
       try {
@@ -1256,7 +1273,7 @@ export class CascadeFs implements CascadeFsOps {
   }
 
   private async xattrTarget(path: string, name: string): Promise<string> {
-    if (name !== XATTR_PINNED && name !== XATTR_SHA256 && name !== XATTR_TIER && name !== XATTR_LINK) {
+    if (name !== XATTR_PINNED && name !== XATTR_SHA256 && name !== XATTR_TIER && name !== XATTR_LINK && name !== XATTR_CUDA_IPC) {
       // The kernel asks for security.capability on every write: answer without touching the store
       // (the path was already looked up by the kernel).
       throw new CascadeError('EOPNOTSUPP', `unsupported extended attribute ${name}`);

@@ -98,11 +98,12 @@ export interface CascadeFsOps {
   utimens(path: string, atimeMs: number, mtimeMs: number): Promise<void>;
   chmod(path: string, mode: number): Promise<void>;
   statfs(path: string): Promise<FsStatfs>;
-  getxattr(path: string, name: string): Promise<Buffer>;
+  /** caller: who asks (user.cascade.cuda_ipc leases are per process); engines that cannot tell pass nothing. */
+  getxattr(path: string, name: string, caller?: Caller): Promise<Buffer>;
   /** caller: who asked, where the engine knows it (the native engine's request header). */
   setxattr(path: string, name: string, value: Buffer, caller?: Caller): Promise<void>;
   listxattr(path: string): Promise<string[]>;
-  removexattr(path: string, name: string): Promise<void>;
+  removexattr(path: string, name: string, caller?: Caller): Promise<void>;
   /**
    * Same-node clients (mount/local-server.ts): the version a read-only open of `path` would read, held
    * in the shared DRAM arena until release(). Optional: a filesystem without a shared arena omits it.

@@ -104,8 +104,19 @@ function formatStats(stats: StoreStats): string {
     `names ${stats.names}, versions ${stats.versions}`,
     `dedup: ${stats.dedup.hits} duplicate puts stored once, saved ${formatBytes(stats.dedup.savedBytes)} (logical ${formatBytes(stats.dedup.logicalBytes)}, stored ${formatBytes(stats.dedup.uniqueBytes)})`,
     `pinned: ${stats.pinned.blocks} block(s), ${formatBytes(stats.pinned.bytes)} of a ${formatBytes(stats.pinned.quotaBytes)} quota`,
-    `hits: dram ${stats.hits.dram}, disk ${stats.hits.disk}, misses ${stats.misses}; evictions ${stats.evictions}, promotions ${stats.promotions}, demotions ${stats.demotions}, flushed ${stats.flushedBlocks}`,
+    `hits: gpu ${stats.hits.gpu ?? 0}, dram ${stats.hits.dram}, disk ${stats.hits.disk}, misses ${stats.misses}; evictions ${stats.evictions}, promotions ${stats.promotions}, demotions ${stats.demotions}, flushed ${stats.flushedBlocks}`,
+    formatGpu(stats.gpu),
   ].join('\n');
+}
+
+function formatGpu(g: StoreStats['gpu'] | undefined): string {
+  if (!g) return 'gpu: unknown (an older daemon)';
+  if (!g.available) return `gpu: unavailable: ${g.reason ?? 'unknown reason'}`;
+  const d = g.device;
+  return (
+    `gpu: ${d ? `${d.name} ${d.uuid}` : 'device'}, ${g.blocks} blocks, ${formatBytes(g.usedBytes)} of ${formatBytes(g.capacityBytes)}; ` +
+    `leases ${g.leases}, promotions ${g.promotions}, evictions ${g.evictions} (${g.demotions} copied down to DRAM)`
+  );
 }
 
 function selector(argv: { version?: number; at?: number }) {
@@ -184,11 +195,14 @@ interface MountArgs extends CommonArgs {
   fabricAddr?: string;
   dramWatermarks?: string;
   remotePromoteAfter?: number;
+  gpu?: string;
+  gpuDevice?: number;
 }
 
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
 const MOUNT_CONFIG_KEYS = [
   'data', 'dram', 'dram-watermarks', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
+  'gpu', 'gpu-device',
 ] as const;
 
 /**
@@ -215,13 +229,14 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     if ((key === 'data' || key === 'shared') && typeof value !== 'string') throw bad('a directory path');
     if ((key === 'cluster' || key === 'node' || key === 'fabric' || key === 'fabric-addr' || key === 'dram-watermarks') && typeof value !== 'string') throw bad('a string');
     if (key === 'remote-promote-after' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
-    if ((key === 'dram' || key === 'disk' || key === 'pin-quota') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
+    if (key === 'gpu-device' && !(Number.isInteger(value) && (value as number) >= 0)) throw bad('a device number (0, 1, ...)');
+    if ((key === 'dram' || key === 'disk' || key === 'pin-quota' || key === 'gpu') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
     if (key === 'kernel-cache' && typeof value !== 'boolean') throw bad('true or false');
     if (key === 'engine' && !(ENGINES as readonly unknown[]).includes(value)) throw bad(ENGINES.join(', '));
     // A relative data directory means relative to the config file, not to wherever mount runs.
     const isDir = key === 'data' || key === 'shared';
-    const numeric = key === 'keep-versions' || key === 'remote-promote-after';
+    const numeric = key === 'keep-versions' || key === 'remote-promote-after' || key === 'gpu-device';
     out[key] = isDir ? path.resolve(path.dirname(file), value as string) : typeof value === 'number' && !numeric ? String(value) : value;
   }
   return out;
@@ -291,6 +306,7 @@ async function mount(args: MountArgs): Promise<void> {
     pinQuotaBytes: args.pinQuota === undefined ? undefined : parseSize(args.pinQuota),
     dramWatermarks: args.dramWatermarks === undefined ? undefined : parseWatermarks(args.dramWatermarks),
     diskBytes: args.disk === undefined ? undefined : parseSize(args.disk),
+    gpu: args.gpu === undefined ? undefined : { capacityBytes: parseSize(args.gpu), device: args.gpuDevice ?? 0 },
     keepVersions: args.keepVersions,
     kernelCache: args.kernelCache,
     debug: args.debug,
@@ -569,7 +585,13 @@ export function buildCli(argv: string[]) {
           })
           .option('fabric-addr', { type: 'string', describe: 'with --cluster: the address this node\'s fabric endpoint binds, reachable by the other nodes (default: the provider\'s first interface)' })
           .option('remote-promote-after', { type: 'number', describe: 'with --cluster: remote reads of a block on this node before it keeps its own DRAM copy (default 3)' })
-          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after); flags on the command line win', deferMountConfigErrors)
+          .option('gpu', {
+            type: 'string',
+            describe:
+              'GPU tier size, e.g. 16G: a pool of GPU memory for pinned prefix blocks and blocks read twice or more, readable through the mount and by same-node GPU processes (user.cascade.cuda_ipc). Needs a CUDA driver at run time; without one the mount runs without the tier and `cascade stats` says why (default: off)',
+          })
+          .option('gpu-device', { type: 'number', describe: 'with --gpu: the CUDA device number of the pool (default 0)' })
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
           .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
           .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run')

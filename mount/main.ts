@@ -24,6 +24,8 @@ export interface MountOptions {
   dramWatermarks?: { low: number; high: number };
   /** Bound on the disk tier (default: the filesystem's own limit). */
   diskBytes?: number;
+  /** The GPU tier: pool size and device (StoreConfig.gpu); off when undefined. */
+  gpu?: { capacityBytes: number; device: number };
   keepVersions?: number;
   kernelCache?: boolean;
   /** libfuse's per-request trace on stderr. */
@@ -89,6 +91,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
       pinQuotaBytes: opts.pinQuotaBytes,
       dramWatermarks: opts.dramWatermarks,
       diskCapacityBytes: opts.diskBytes,
+      gpu: opts.gpu,
       keepVersions: opts.keepVersions,
       log: (m) => log(`cascade: ${m}`),
       ...clusterConfig,
@@ -104,7 +107,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
           const where = opts.cluster
             ? `cluster ${opts.cluster.url}, node ${opts.cluster.node}, shared tier ${opts.cluster.sharedDir}`
             : `data ${opts.dataDir}`;
-          log(`cascade: mounted ${mnt} (engine ${mounted.description}, ${where}, DRAM ${formatBytes(opts.dramBytes)})`);
+          log(`cascade: mounted ${mnt} (engine ${mounted.description}, ${where}, DRAM ${formatBytes(opts.dramBytes)}${store.gpu ? `, GPU ${formatBytes(store.gpu.capacityBytes)} on ${store.gpu.device.describe().name}` : ''})`);
           const live = engine;
           poll = setInterval(() => {
             if (!live.isMounted()) requestStop(`${mnt} was unmounted`);

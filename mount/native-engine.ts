@@ -629,7 +629,7 @@ export class NativeFuseEngine {
       case P.Op.GETXATTR: {
         const size = r.u32();
         r.u32();
-        const value = await f.getxattr(this.nodes.pathOf(hdr.nodeid), r.name());
+        const value = await f.getxattr(this.nodes.pathOf(hdr.nodeid), r.name(), { uid: hdr.uid, gid: hdr.gid, pid: hdr.pid });
         return fitXattr(value, size);
       }
       case P.Op.LISTXATTR: {
@@ -640,7 +640,7 @@ export class NativeFuseEngine {
       case P.Op.REMOVEXATTR: {
         const p = this.nodes.pathOf(hdr.nodeid);
         try {
-          await f.removexattr(p, r.name());
+          await f.removexattr(p, r.name(), { uid: hdr.uid, gid: hdr.gid, pid: hdr.pid });
         } finally {
           this.invalidate(p);
         }

@@ -9,8 +9,8 @@
 export type NativeCode = 'EINVAL' | 'ENOSPC' | 'ESTALE' | 'ERANGE' | 'EIO' | 'EBUSY' | 'EBADF' | 'ENOENT' | 'ENOMEM';
 
 export interface NativeFeatures {
-  /** Built with CASCADE_WITH_CUDA (GPU HBM tier parts). */
-  cuda: boolean;
+  /** The GPU tier's driver loader (always built; gpuProbe() says whether a device is usable). */
+  gpu: boolean;
   /** Built with CASCADE_WITH_LIBFABRIC (RDMA parts). */
   libfabric: boolean;
   /** Built with CASCADE_ASAN. */
@@ -304,6 +304,42 @@ export interface NativeFuseSessionBinding {
   stageDrop(id: number): void;
 }
 
+export interface NativeGpuDevice {
+  ordinal: number;
+  name: string;
+  /** "GPU-xxxxxxxx-...", as nvidia-smi and CUDA_VISIBLE_DEVICES spell it. */
+  uuid: string;
+  totalBytes: number;
+}
+
+/** What gpuProbe() found: the CUDA driver (libcuda.so.1, loaded at run time) and its devices. */
+export interface NativeGpuProbe {
+  available: boolean;
+  /** Why not, when unavailable. */
+  reason: string;
+  devices: NativeGpuDevice[];
+}
+
+export interface NativeGpuPoolInfo extends NativeGpuDevice {
+  capacityBytes: number;
+  stagingBytes: number;
+  bytesToDevice: number;
+  bytesFromDevice: number;
+}
+
+/** One allocation of device memory; blocks are offsets into it (the slot allocator lives in TypeScript). */
+export interface NativeGpuPoolBinding {
+  /** H2D through pinned staging, on a worker thread. ERANGE outside the pool, EIO when the driver fails. */
+  write(offsetBytes: number, source: Uint8Array): Promise<void>;
+  /** D2H through pinned staging into `target` (its whole length). */
+  read(offsetBytes: number, target: Uint8Array): Promise<void>;
+  /** The pool's CUDA IPC memory handle (64 bytes). EIO when the device cannot export one. */
+  ipcHandle(): Buffer;
+  info(): NativeGpuPoolInfo;
+  /** Frees the device memory once copies in flight settle. Idempotent. */
+  close(): void;
+}
+
 export interface NativeBinding {
   abiVersion: number;
   features: NativeFeatures;
@@ -323,6 +359,10 @@ export interface NativeBinding {
     holdTimeoutMs: number,
   ) => NativeFabricBinding;
   MetaTable: new (nodesMax: number, attrsMax: number) => NativeMetaTableBinding;
+  /** Loads libcuda.so.1 on first call and lists its devices; never throws. */
+  gpuProbe(): NativeGpuProbe;
+  /** A pool of `capacityBytes` on `device`; EINVAL/ENOSPC/EIO with the driver's reason. */
+  GpuPool: new (device: number, capacityBytes: number, stagingBytes: number) => NativeGpuPoolBinding;
   FuseSession: new (options: FuseSessionOptions, onRequest: (request: Buffer) => void, onInit: (ok: boolean, why: string) => void) => NativeFuseSessionBinding;
   sha256(data: Uint8Array): Promise<string>;
   sha256Sync(data: Uint8Array): string;
@@ -350,4 +390,4 @@ export interface NativeBinding {
 }
 
 /** The ABI this TypeScript expects; a binding built from other sources is refused at load. */
-export const NATIVE_ABI_VERSION = 4;
+export const NATIVE_ABI_VERSION = 5;

@@ -54,6 +54,8 @@ export const MOVER_QUEUE_MAX_JOBS = 64;
 export const MOVER_QUEUE_MAX_BYTES = 512 * MiB;
 /** Disk reads that cause a promotion to DRAM. 1 is the default chosen by bench/store-bench (see README). */
 export const PROMOTE_AFTER_READS_DEFAULT = 1;
+/** Whole-block reads of a block (from any tier) before it is copied into the GPU tier. */
+export const GPU_PROMOTE_AFTER_READS_DEFAULT = 2;
 /** Entries tracked by the promotion counter (bounded LRU of read counts). */
 export const PROMOTION_TRACKED_MAX = 65536;
 /** How many names a list call returns at most in one page. */

@@ -16,6 +16,7 @@ import * as path from 'node:path';
 import {
   BLOCK_MAX_BYTES_DEFAULT,
   DRAM_PAGE_BYTES_DEFAULT,
+  GPU_PROMOTE_AFTER_READS_DEFAULT,
   KEEP_VERSIONS_DEFAULT,
   KEEP_VERSIONS_MAX,
   LIST_PAGE_MAX,
@@ -41,6 +42,7 @@ import { DiskSegmentTier, DiskSyncError, readRecordAt } from './tiers/disk';
 import { ShmArenaTier } from './tiers/dram';
 import { MemoryTier } from './tiers/memory';
 import { NativeArenaTier } from './tiers/native-dram';
+import { CudaGpuDevice, GpuTier, probeGpu, type GpuDevice, type GpuDeviceFigures } from './tiers/gpu';
 import { sha256Hex } from './hash';
 import { nativeBinding } from '../native';
 import type { NativeArenaBinding } from '../native/types';
@@ -115,6 +117,13 @@ export interface StoreConfig {
      */
     remote?: RemoteDramOptions | false;
   };
+  /**
+   * The GPU tier (store/tiers/gpu.ts): a pool of `capacityBytes` on device `device` (default 0). Blocks
+   * enter it after `promoteAfterReads` reads (default 2) and at pin time; pinned blocks are never
+   * evicted from it. Without a usable device (no libcuda.so.1, no GPU) the store opens without it and
+   * stats say why. `testDevice` replaces the CUDA device (tests).
+   */
+  gpu?: { capacityBytes: number; device?: number; promoteAfterReads?: number; slotBytes?: number; testDevice?: GpuDevice };
   nowMs?: () => number;
   /** Where warnings go (default: stderr). */
   log?: (message: string) => void;
@@ -124,6 +133,34 @@ export interface StoreConfig {
 export interface VersionSelector {
   version?: number;
   atMs?: number;
+}
+
+/** The GPU tier as stats show it: whether it runs, why not, and its figures. */
+export interface GpuFigures {
+  available: boolean;
+  /** Why the tier is off (not asked for, no driver, no device, pool allocation failed). */
+  reason?: string;
+  device?: GpuDeviceFigures;
+  capacityBytes: number;
+  usedBytes: number;
+  blocks: number;
+  /** Blocks a same-node GPU process holds through user.cascade.cuda_ipc (never evicted meanwhile). */
+  leases: number;
+  promotions: number;
+  evictions: number;
+  /** Evicted blocks copied down into DRAM (which had room) instead of dropped. */
+  demotions: number;
+}
+
+/** A block held in the GPU tier for an IPC reader: where it lies, until release(). */
+export interface GpuHold {
+  version: VersionRecord;
+  offsetBytes: number;
+  sizeBytes: number;
+  /** The pool's CUDA IPC memory handle (64 bytes) and the device's UUID. */
+  ipcHandle: Buffer;
+  deviceUuid: string;
+  release(): void;
 }
 
 export interface BlockInfo extends VersionRecord {
@@ -149,6 +186,7 @@ export interface StoreStats {
   versions: number;
   recovery: { lostVersions: number; orphanBlocksRemoved: number; quarantined: number };
   diskSyncFailures: number;
+  gpu: GpuFigures;
   /**
    * Cluster mode: this node; blocks it loaded whole from other nodes' segments (each load once, however
    * many reads it then serves); every node of the namespace with its last published figures.
@@ -244,6 +282,20 @@ async function openDram(config: StoreConfig): Promise<Tier> {
   return kind === 'native' ? NativeArenaTier.open(options) : ShmArenaTier.open(options);
 }
 
+/** The GPU tier the config asks for, or why there is none (the store then runs without it). */
+function openGpu(config: StoreConfig): GpuTier | string {
+  const g = config.gpu;
+  if (!g) return 'off (mount with --gpu SIZE to use it)';
+  if (g.testDevice) return new GpuTier(g.testDevice, { slotBytes: g.slotBytes });
+  const probe = probeGpu();
+  if (!probe.available) return probe.reason;
+  try {
+    return new GpuTier(CudaGpuDevice.open(g.device ?? 0, g.capacityBytes), { slotBytes: g.slotBytes });
+  } catch (e) {
+    return (e as Error).message;
+  }
+}
+
 export class Store {
   readonly keepVersions: number;
   readonly maxBlockBytes: number;
@@ -313,7 +365,10 @@ export class Store {
   private lastSnapshot = { seq: -1, atMs: 0 };
 
   private readonly counters = {
-    hits: { dram: 0, remote: 0, disk: 0, shared: 0 } as Record<string, number>,
+    hits: { gpu: 0, dram: 0, remote: 0, disk: 0, shared: 0 } as Record<string, number>,
+    gpuPromotions: 0,
+    gpuEvictions: 0,
+    gpuDemotions: 0,
     misses: 0,
     evictions: 0,
     promotions: 0,
@@ -336,13 +391,29 @@ export class Store {
     metaSnapshotMs: 0,
   };
 
+  /** The GPU tier and its policy, when it runs (see StoreConfig.gpu), and why not otherwise. */
+  readonly gpu: GpuTier | undefined;
+  private readonly gpuOffReason: string | undefined;
+  private readonly gpuEviction: EvictionPolicy | undefined;
+  private readonly gpuPromotion: PromotionPolicy | undefined;
+  /** Blocks held in the GPU tier for IPC readers (count per block): not evicted meanwhile. */
+  private readonly gpuHolds = new Map<string, number>();
+
   private constructor(
     readonly dram: Tier,
     readonly disk: Tier,
     readonly meta: MetaEngine,
     private readonly config: StoreConfig,
     nodeToken?: string,
+    gpu?: GpuTier | string,
   ) {
+    if (gpu instanceof GpuTier) {
+      this.gpu = gpu;
+      this.gpuEviction = new LruEviction(Math.max(1024, Math.min(LRU_MAX_ENTRIES, Math.ceil(gpu.capacityBytes / gpu.slotBytes))));
+      this.gpuPromotion = new ThresholdPromotion(config.gpu?.promoteAfterReads ?? GPU_PROMOTE_AFTER_READS_DEFAULT);
+    } else {
+      this.gpuOffReason = gpu ?? 'off (mount with --gpu SIZE to use it)';
+    }
     this.nodeToken = nodeToken ?? '';
     this.keepVersions = config.keepVersions ?? KEEP_VERSIONS_DEFAULT;
     this.maxBlockBytes = config.maxBlockBytes ?? BLOCK_MAX_BYTES_DEFAULT;
@@ -392,7 +463,10 @@ export class Store {
           onMoved: (keys) => store?.republish(keys),
         }));
       opened.push(disk);
-      store = new Store(dram, disk, meta, config, token);
+      const gpu = openGpu(config);
+      if (gpu instanceof GpuTier) opened.push(gpu);
+      else if (config.gpu) (config.log ?? ((m: string) => process.stderr.write(`cascade: ${m}\n`)))(`GPU tier off: ${gpu}`);
+      store = new Store(dram, disk, meta, config, token, gpu);
       if (cluster && cluster.remote !== false && dram instanceof NativeArenaTier && dram.capacityBytes > 0) {
         const s = store;
         try {
@@ -694,7 +768,10 @@ export class Store {
     for (const h of handles) {
       this.counters.hits.dram++; // served from DRAM, whatever happened to the block since
       const sha = this.dram.keyOfHandle(h);
-      if (sha !== undefined) this.eviction.accessed(sha); // evicted since: no recency to keep
+      if (sha === undefined) continue; // evicted since: no recency to keep
+      this.eviction.accessed(sha);
+      const size = this.dram.sizeOf(sha);
+      if (size !== undefined) this.noteGpuRead(sha, size, 0);
     }
   }
 
@@ -730,6 +807,7 @@ export class Store {
       // Evicted while the pin was being recorded (background eviction): load it again, for good now.
       if (!this.dram.has(cur.sha256)) await this.ensureInDram(cur.sha256, cur.sizeBytes);
     });
+    this.offerGpu(cur.sha256, cur.sizeBytes); // pinned prefixes are the GPU tier's first choice
     // A pinned prefix keeps a second DRAM copy on another node, so losing one node loses no pin.
     if (this.config.cluster) this.askReplica(cur.sha256).catch((e: unknown) => this.warn(`asking for a replica of pinned ${cur.sha256}: ${String(e)}`));
   }
@@ -903,7 +981,7 @@ export class Store {
     const t = await this.meta.totals();
     const disk = this.disk as Partial<DiskSegmentTier>;
     return {
-      tiers: [this.dram.stats(), this.disk.stats()],
+      tiers: this.tierStats(),
       hits: { ...this.counters.hits },
       misses: this.counters.misses,
       evictions: this.counters.evictions,
@@ -928,6 +1006,7 @@ export class Store {
         quarantined: disk.recovery?.quarantined ?? 0,
       },
       diskSyncFailures: this.counters.diskSyncFailures,
+      gpu: this.gpuFigures(),
       cluster: this.config.cluster
         ? {
             node: this.config.cluster.node,
@@ -941,13 +1020,45 @@ export class Store {
     };
   }
 
+  /** The whole block from the GPU tier, or undefined when it left meanwhile. */
+  private async gpuCopy(sha: string, sizeBytes: number): Promise<Buffer | undefined> {
+    const buf = Buffer.allocUnsafe(sizeBytes);
+    try {
+      return (await this.gpu!.read(sha, 0, buf)) === sizeBytes ? buf : undefined;
+    } catch (e) {
+      if (isCascadeError(e, 'ENOENT')) return undefined;
+      throw e;
+    }
+  }
+
+  private tierStats(): TierStats[] {
+    return this.gpu ? [this.gpu.stats(), this.dram.stats(), this.disk.stats()] : [this.dram.stats(), this.disk.stats()];
+  }
+
+  private gpuFigures(): GpuFigures {
+    const g = this.gpu;
+    if (!g) return { available: false, reason: this.gpuOffReason, capacityBytes: 0, usedBytes: 0, blocks: 0, leases: 0, promotions: 0, evictions: 0, demotions: 0 };
+    const t = g.stats();
+    return {
+      available: true,
+      device: g.device.describe(),
+      capacityBytes: t.capacityBytes,
+      usedBytes: t.usedBytes,
+      blocks: t.blocks,
+      leases: [...this.gpuHolds.values()].reduce((a, b) => a + b, 0),
+      promotions: this.counters.gpuPromotions,
+      evictions: this.counters.gpuEvictions,
+      demotions: this.counters.gpuDemotions,
+    };
+  }
+
   /** This node's figures for the cluster directory. */
   private figures(): NodeFigures {
     return {
       atMs: Date.now(),
       host: os.hostname(),
       pid: process.pid,
-      tiers: [this.dram.stats(), this.disk.stats()],
+      tiers: this.tierStats(),
       hits: { ...this.counters.hits },
       misses: this.counters.misses,
       promotions: this.counters.promotions,
@@ -1011,6 +1122,7 @@ export class Store {
     } finally {
       this.closed = true;
       await this.remote?.close().catch((e: unknown) => this.warn(`closing the remote DRAM tier: ${String(e)}`));
+      await this.gpu?.close().catch((e: unknown) => this.warn(`closing the GPU tier: ${String(e)}`));
       await this.dram.close();
       await this.disk.close();
       const c = this.config.cluster;
@@ -1234,11 +1346,25 @@ export class Store {
 
   private async readBlock(sha: string, sizeBytes: number, offsetBytes: number, target: Uint8Array): Promise<number> {
     if (offsetBytes >= sizeBytes || target.length === 0) return 0;
+    // A read into host memory takes the DRAM copy when there is one (a memcpy beats a copy over PCIe);
+    // the GPU tier serves blocks it holds alone, and same-node GPU processes through IPC.
     if (this.dram.has(sha)) {
       try {
         const n = await this.dram.read(sha, offsetBytes, target);
         this.counters.hits.dram++;
         this.eviction.accessed(sha);
+        this.noteGpuRead(sha, sizeBytes, offsetBytes);
+        return n;
+      } catch (e) {
+        if (!isCascadeError(e, 'ENOENT')) throw e; // evicted meanwhile: read from disk
+      }
+    }
+    const g = this.gpu;
+    if (g?.has(sha)) {
+      try {
+        const n = await g.read(sha, offsetBytes, target);
+        this.counters.hits.gpu++;
+        if (offsetBytes === 0) this.gpuEviction?.accessed(sha);
         return n;
       } catch (e) {
         if (!isCascadeError(e, 'ENOENT')) throw e; // evicted meanwhile: read from disk
@@ -1272,6 +1398,7 @@ export class Store {
     const count = Math.min(target.length, sizeBytes - offsetBytes);
     target.set(whole.subarray(offsetBytes, offsetBytes + count));
     if (this.promotion.onSlowRead(sha)) this.offerPromotion(sha, whole);
+    this.noteGpuRead(sha, sizeBytes, offsetBytes);
     return count;
   }
 
@@ -1376,8 +1503,8 @@ export class Store {
     this.heartbeat.unref();
   }
 
-  private offerPromotion(sha: string, data: Buffer): void {
-    this.mover.offer({
+  private offerPromotion(sha: string, data: Buffer): boolean {
+    return this.mover.offer({
       key: sha,
       sizeBytes: data.length,
       run: () =>
@@ -1396,6 +1523,169 @@ export class Store {
     });
   }
 
+  // ---- internals: GPU tier --------------------------------------------------------------------------
+
+  /**
+   * A read of a block from its first byte (one per whole-file read, however many requests it takes):
+   * after GPU promoteAfterReads of them the block is copied into the GPU tier in the background.
+   */
+  private noteGpuRead(sha: string, sizeBytes: number, offsetBytes: number): void {
+    if (!this.gpu || offsetBytes !== 0 || this.closing) return;
+    if (this.gpu.has(sha)) {
+      this.gpuEviction?.accessed(sha);
+      return;
+    }
+    if (this.gpuPromotion?.onSlowRead(sha)) this.offerGpu(sha, sizeBytes);
+  }
+
+  /** Queue a copy into the GPU tier (skipped when the queue is full: an optimisation, never owed). */
+  private offerGpu(sha: string, sizeBytes: number): void {
+    const g = this.gpu;
+    if (!g || g.has(sha) || g.footprintBytes(sizeBytes) > g.capacityBytes) return;
+    this.mover.offer({
+      key: `gpu:${sha}`,
+      sizeBytes: 0, // the job reads the block when it runs: it holds no bytes while queued
+      run: () => this.locks.with(sha, async () => void (await this.loadIntoGpu(sha, sizeBytes, false))),
+    });
+  }
+
+  /**
+   * Copy a block into the GPU tier from this node's DRAM or disk (verified), making room first. Under
+   * the block's lock. `required` (an IPC hold): ENOSPC when no room can be made; else false.
+   */
+  private async loadIntoGpu(sha: string, sizeBytes: number, required: boolean): Promise<boolean> {
+    const g = this.gpu;
+    assert(g !== undefined, 'GPU loads only with a GPU tier');
+    if (this.closed || this.closing) return false;
+    if (g.has(sha)) return true;
+    // The GPU tier only ever holds copies: the block must be stored elsewhere (or it was released).
+    if (this.residentSize(sha) === undefined && !(this.config.cluster && (await this.meta.block(sha)) !== undefined)) {
+      if (required) throw new CascadeError('ENOENT', `content ${sha} is no longer stored`);
+      return false;
+    }
+    const noRoom = () => new CascadeError('ENOSPC', `no room in the GPU tier for ${sizeBytes} bytes (the rest is pinned or leased)`);
+    if (!(await this.makeGpuRoom(sizeBytes))) {
+      if (required) throw noRoom();
+      return false;
+    }
+    const data = await this.localCopy(sha, sizeBytes);
+    // Room may have gone to another load while the block was read: make it again, then copy.
+    if (!(await this.makeGpuRoom(sizeBytes)) || g.has(sha)) {
+      if (g.has(sha)) return true;
+      if (required) throw noRoom();
+      return false;
+    }
+    await g.write(sha, data);
+    if (!this.pinned.has(sha)) this.gpuEviction?.admitted(sha);
+    this.counters.gpuPromotions++;
+    return true;
+  }
+
+  /** The whole block from this node's DRAM, or else its disk (or the shared tier), verified there. */
+  private async localCopy(sha: string, sizeBytes: number): Promise<Buffer> {
+    if (this.dram.has(sha)) {
+      const buf = Buffer.allocUnsafe(sizeBytes);
+      try {
+        if ((await this.dram.read(sha, 0, buf)) === sizeBytes) return buf;
+      } catch (e) {
+        if (!isCascadeError(e, 'ENOENT')) throw e; // evicted meanwhile
+      }
+    }
+    return this.loadFromDisk(sha, sizeBytes);
+  }
+
+  /** Evict from the GPU tier (least recent first; never pinned or leased blocks) until a block fits. */
+  private async makeGpuRoom(sizeBytes: number): Promise<boolean> {
+    const g = this.gpu!;
+    const needBytes = g.footprintBytes(sizeBytes);
+    if (needBytes > g.capacityBytes) return false;
+    for (let round = 0; round < MAKE_ROOM_ROUNDS_MAX; round++) {
+      if (g.fits(sizeBytes)) return true;
+      const victims = this.gpuEviction!.victims(
+        Math.max(1, needBytes - g.freeBytes()),
+        (k) => g.footprintBytes(g.sizeOf(k) ?? 0),
+        (k) => g.has(k) && this.gpuEvictable(k),
+      );
+      if (victims.length === 0) return false;
+      for (const key of victims) await this.evictGpu(key);
+    }
+    return g.fits(sizeBytes);
+  }
+
+  private gpuEvictable(key: string): boolean {
+    return !this.pinned.has(key) && !this.gpuHolds.has(key);
+  }
+
+  /**
+   * Drop a block from the GPU tier. When DRAM lacks it, it is first copied down and offered to DRAM as
+   * a promotion (a block hot enough for the GPU is likely hotter than DRAM's coldest).
+   */
+  private async evictGpu(key: string): Promise<void> {
+    const g = this.gpu!;
+    const size = g.sizeOf(key);
+    if (size === undefined) return;
+    let down: Buffer | undefined;
+    if (!this.dram.has(key) && this.dram.footprintBytes(size) <= this.dram.capacityBytes) {
+      down = Buffer.allocUnsafe(size);
+      await g.read(key, 0, down).catch(() => (down = undefined));
+    }
+    // Checked again after the copy down (a hold may have come meanwhile); from here on nothing yields.
+    if (!g.has(key) || !this.gpuEvictable(key)) return;
+    void g.delete(key);
+    this.gpuEviction!.removed(key);
+    this.counters.gpuEvictions++;
+    if (down && this.offerPromotion(key, down)) this.counters.gpuDemotions++;
+  }
+
+  /**
+   * Hold a version's content in the GPU tier for a same-node GPU process (user.cascade.cuda_ipc):
+   * loaded there now if needed, never evicted nor reclaimed until release(). EOPNOTSUPP without a GPU
+   * tier (or a device that cannot export IPC handles), ENOSPC when the tier is full of pinned or held
+   * blocks.
+   */
+  async holdInGpu(v: VersionRecord): Promise<GpuHold> {
+    this.checkOpen();
+    const g = this.gpu;
+    if (!g) throw new CascadeError('EOPNOTSUPP', `no GPU tier: ${this.gpuOffReason}`);
+    const ipcHandle = g.device.ipcHandle();
+    if (!ipcHandle) throw new CascadeError('EOPNOTSUPP', `GPU device ${g.device.describe().name} cannot export CUDA IPC handles`);
+    const sha = v.sha256;
+    const releaseLease = this.lease(v);
+    try {
+      const where = await this.locks.with(sha, async () => {
+        for (let attempt = 0; ; attempt++) {
+          await this.loadIntoGpu(sha, v.sizeBytes, true);
+          const w = g.locate(sha); // nothing awaited between the check and the hold
+          if (w !== undefined) {
+            this.gpuHolds.set(sha, (this.gpuHolds.get(sha) ?? 0) + 1);
+            return w;
+          }
+          if (attempt >= HOLD_ATTEMPTS_MAX) throw new CascadeError('EIO', `content ${sha} keeps leaving the GPU tier before it can be held`);
+        }
+      });
+      assert(where.sizeBytes === v.sizeBytes, 'held content is in the GPU tier with its size');
+      let released = false;
+      return {
+        version: v,
+        offsetBytes: where.offsetBytes,
+        sizeBytes: where.sizeBytes,
+        ipcHandle,
+        deviceUuid: g.device.describe().uuid,
+        release: () => {
+          if (released) return;
+          released = true;
+          const n = (this.gpuHolds.get(sha) ?? 1) - 1;
+          if (n > 0) this.gpuHolds.set(sha, n);
+          else this.gpuHolds.delete(sha);
+          releaseLease();
+        },
+      };
+    } catch (e) {
+      releaseLease();
+      throw e;
+    }
+  }
+
   /**
    * Bring a block into DRAM: from this node's disk, a peer's DRAM (cluster, remote tier on), or the
    * shared tier. `reading`: for a reader (a remote copy is counted and may stay borrowed); else for a
@@ -1407,7 +1697,7 @@ export class Store {
       return;
     }
     if (tryRemote && (await this.fetchRemote(sha, sizeBytes, reading))) return;
-    const data = await this.loadFromDisk(sha, sizeBytes);
+    const data = (this.gpu?.has(sha) ? await this.gpuCopy(sha, sizeBytes) : undefined) ?? (await this.loadFromDisk(sha, sizeBytes));
     if (!(await this.makeRoom(sizeBytes))) {
       // Room may be held by blocks waiting for the flusher: let it finish, then try once more.
       await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
@@ -1496,6 +1786,11 @@ export class Store {
     this.borrowed.delete(sha);
     this.replicas.delete(sha);
     this.placements.delete(sha);
+    if (this.gpu?.has(sha)) {
+      await this.gpu.delete(sha);
+      this.gpuEviction?.removed(sha);
+    }
+    this.gpuPromotion?.forget(sha);
     await this.disk.delete(sha);
   }
 
@@ -1623,6 +1918,7 @@ export class Store {
     this.pinned.set(sha, sizeBytes);
     this.pinnedBytes += sizeBytes;
     this.eviction.removed(sha);
+    this.gpuEviction?.removed(sha); // a pinned block is never a GPU victim either
   }
 
   private unpinLocally(sha: string): void {
@@ -1632,6 +1928,7 @@ export class Store {
     this.pinnedBytes -= size;
     this.replicas.delete(sha);
     if (this.dram.has(sha)) this.eviction.admitted(sha);
+    if (this.gpu?.has(sha)) this.gpuEviction?.admitted(sha);
   }
 
   private residentSize(sha: string): number | undefined {
@@ -1639,6 +1936,7 @@ export class Store {
   }
 
   private tierOf(sha: string): TierName | 'none' {
+    if (this.gpu?.has(sha)) return 'gpu';
     if (this.dram.has(sha)) return this.dram.name;
     if (this.disk.has(sha)) return this.disk.name;
     // A committed block of a cluster is on the shared tier (its writer wrote it through).
@@ -1754,6 +2052,14 @@ function validateConfig(c: StoreConfig): void {
     throw new CascadeError('EINVAL', "dram must be 'native', 'shm' or 'memory'");
   }
   if (c.meta !== undefined && c.meta !== 'sqlite' && c.meta !== 'memory') throw new CascadeError('EINVAL', "meta must be 'sqlite' or 'memory'");
+  if (c.gpu !== undefined) {
+    const g = c.gpu;
+    if (!(Number.isSafeInteger(g.capacityBytes) && g.capacityBytes > 0)) throw new CascadeError('EINVAL', 'gpu.capacityBytes must be a positive integer');
+    if (g.device !== undefined && !(Number.isInteger(g.device) && g.device >= 0 && g.device < 1024)) throw new CascadeError('EINVAL', 'gpu.device must be a device ordinal (0, 1, ...)');
+    if (g.promoteAfterReads !== undefined && !(Number.isInteger(g.promoteAfterReads) && g.promoteAfterReads >= 1)) {
+      throw new CascadeError('EINVAL', 'gpu.promoteAfterReads must be an integer >= 1');
+    }
+  }
   if (c.cluster !== undefined) {
     if (!c.metaEngine) throw new CascadeError('EINVAL', 'cluster mode needs the shared metadata engine (metaEngine)');
     if (!NODE_NAME_RE.test(c.cluster.node)) throw new CascadeError('EINVAL', `bad node name ${JSON.stringify(c.cluster.node)}: letters, digits, _ . - (1-64)`);

@@ -183,6 +183,37 @@ export class ExtentAllocator {
     return taken.sort((a, b) => a.startPage - b.startPage);
   }
 
+  /**
+   * One extent of exactly `pageCount` pages (best fit), or undefined when no free run is that long.
+   * For memory that must be one range (the GPU pool: a block is one offset and size to an IPC reader).
+   */
+  allocateContiguous(pageCount: number): Extent | undefined {
+    assert(Number.isSafeInteger(pageCount) && pageCount >= 1, 'page count is a positive integer');
+    let best = -1;
+    for (let i = 0; i < this.free.length; i++) {
+      const count = this.free[i].pageCount;
+      if (count >= pageCount && (best < 0 || count < this.free[best].pageCount)) {
+        best = i;
+        if (count === pageCount) break;
+      }
+    }
+    if (best < 0) return undefined;
+    const extent = this.free[best];
+    const taken = { startPage: extent.startPage, pageCount };
+    extent.startPage += pageCount;
+    extent.pageCount -= pageCount;
+    if (extent.pageCount === 0) this.free.splice(best, 1);
+    this.freePageCount -= pageCount;
+    return taken;
+  }
+
+  /** Pages in the longest free run. */
+  largestFreePages(): number {
+    let most = 0;
+    for (const e of this.free) most = Math.max(most, e.pageCount);
+    return most;
+  }
+
   /** Return extents to the free list, merging with free neighbours. */
   release(extents: readonly Extent[]): void {
     for (const extent of extents) this.releaseOne(extent);

@@ -121,6 +121,20 @@ function largestFitting(tier: Tier, roomBytes: number): number {
   return lo;
 }
 
+/** The largest block the tier takes now: by fits() where it has it (room may be in pieces), else by free bytes. */
+function largestWritable(tier: Tier): number {
+  const fits = tier.fits?.bind(tier);
+  if (!fits) return largestFitting(tier, tier.freeBytes());
+  let lo = 0;
+  let hi = tier.freeBytes();
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 function isFillable(tier: Tier): boolean {
   return Number.isFinite(tier.capacityBytes) && tier.capacityBytes <= CAPACITY_TEST_MAX_BYTES;
 }
@@ -200,7 +214,7 @@ export function tierConformance(label: string, make: (capacityBytes: number) => 
         if (i % 2 === 0) await tier.delete(small[i].key);
         else survivors.push(small[i]);
       }
-      const bigBytes = isFillable(tier) ? largestFitting(tier, tier.freeBytes()) - 3 : 200 * KiB + 123;
+      const bigBytes = isFillable(tier) ? largestWritable(tier) - 3 : 200 * KiB + 123;
       assert.ok(bigBytes > 70 * KiB, `room for a multi-page block after fragmenting (${bigBytes} bytes)`);
       const big = randomBlock(bigBytes);
       await tier.write(big.key, big.data);

@@ -70,11 +70,8 @@ class MappingWrap : public Napi::ObjectWrap<MappingWrap> {
 
 Napi::Object Features(Napi::Env env) {
   Napi::Object f = Napi::Object::New(env);
-#ifdef CASCADE_WITH_CUDA
-  f.Set("cuda", true);
-#else
-  f.Set("cuda", false);
-#endif
+  // The GPU tier's driver loader is always built in; gpuProbe() says whether a device can be used.
+  f.Set("gpu", true);
 #ifdef CASCADE_WITH_LIBFABRIC
   f.Set("libfabric", true);
 #else
@@ -121,7 +118,7 @@ void InitMapping(Napi::Env env, Napi::Object exports) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("abiVersion", Napi::Number::New(env, 4));  // 4: MetaTable (native lookups and opens)
+  exports.Set("abiVersion", Napi::Number::New(env, 5));  // 5: GpuPool, gpuProbe
   exports.Set("features", Features(env));
   InitArena(env, exports);
   InitHashIo(env, exports);
@@ -129,6 +126,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitMeta(env, exports);
   InitEngine(env, exports);
   InitFabric(env, exports);
+  InitGpu(env, exports);
   return exports;
 }
 
