@@ -11,7 +11,8 @@ import { KiB, MiB } from '../../store/constants';
 import { CascadeError } from '../../store/errors';
 import { Store, type StoreConfig } from '../../store/store';
 import { ExtentAllocator } from '../../store/tiers/dram';
-import { GpuTier, HostMemoryGpuDevice, probeGpu, type GpuDevice } from '../../store/tiers/gpu';
+import { CudaGpuDevice, GpuTier, HostMemoryGpuDevice, probeGpu, type GpuDevice } from '../../store/tiers/gpu';
+import { nativeBinding } from '../../native';
 import { MemoryTier } from '../../store/tiers/memory';
 import { GpuLeases } from '../../fs/gpu-leases';
 import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from './helpers';
@@ -296,6 +297,43 @@ export function gpuStoreSuite(label: string, makeDevice: (capacityBytes: number)
 }
 
 gpuStoreSuite('host-memory device', (capacityBytes) => new HostMemoryGpuDevice(capacityBytes));
+// The same policy tests on the real device (skipped without one; run them on a GPU machine).
+gpuStoreSuite('CUDA device 0', (capacityBytes) => (probeGpu().available ? CudaGpuDevice.open(0, capacityBytes) : undefined));
+tierConformance('GpuTier (CUDA device 0, skipped without one)', async (capacityBytes) => {
+  if (!probeGpu().available) return new GpuTier(new HostMemoryGpuDevice(capacityBytes)); // runs the suite on the fake again
+  return new GpuTier(CudaGpuDevice.open(0, capacityBytes));
+});
+
+describe('GpuPool (native binding) on a real GPU', function () {
+  this.timeout(60_000);
+  before(function () {
+    if (!probeGpu().available) this.skip();
+  });
+
+  it('round-trips 64 MiB and odd ranges byte-exact, checks ranges, exports a 64-byte IPC handle', async function () {
+    const pool = new (nativeBinding()!.GpuPool)(0, 96 * MiB, 4 * MiB);
+    try {
+      const big = seededBytes(7, 64 * MiB);
+      await pool.write(4096, big);
+      const back = Buffer.alloc(big.length);
+      await pool.read(4096, back);
+      assert.ok(back.equals(big), '64 MiB H2D + D2H byte-exact');
+      const odd = seededBytes(8, 3 * MiB + 5);
+      await pool.write(65 * MiB + 3, odd);
+      const oddBack = Buffer.alloc(odd.length);
+      await pool.read(65 * MiB + 3, oddBack);
+      assert.ok(oddBack.equals(odd));
+      assert.throws(() => pool.write(96 * MiB, Buffer.alloc(1)), /outside/);
+      assert.equal(pool.ipcHandle().length, 64);
+      const info = pool.info();
+      assert.match(info.uuid, /^GPU-/);
+      assert.equal(info.bytesToDevice, big.length + odd.length);
+    } finally {
+      pool.close();
+      pool.close();
+    }
+  });
+});
 
 describe('Store without a usable GPU', function () {
   let dir: string;
