@@ -72,6 +72,17 @@ Stager::~Stager() {
   }
   queueReady_.notify_all();
   for (auto& t : hashers_) t.join();
+  // Stages dropped while still queued wait for a hasher to free their block; no hasher runs now.
+  for (auto& stage : queue_) {
+    std::lock_guard<std::mutex> l(stage->mutex);
+    if (stage->dropped && stage->handle != 0) {
+      arena_->Free(stage->handle);
+      stage->handle = 0;
+    }
+    stage->queued = false;
+    stage->idle.notify_all();
+  }
+  queue_.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [id, stage] : stages_) {
     std::lock_guard<std::mutex> l(stage->mutex);
