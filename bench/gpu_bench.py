@@ -77,6 +77,69 @@ def gbps(size, seconds):
     return size / seconds / 1e9
 
 
+def start_daemon(mnt, data, dram_mib, gpu_mib):
+    daemon = subprocess.Popen(
+        ["node", CLI, "mount", mnt, "--data", data, "--engine", "native", "--dram", f"{dram_mib}M", "--gpu", f"{gpu_mib}M"],
+        stderr=subprocess.PIPE, text=True)
+    log = ""
+    t0 = time.time()
+    while "cascade: mounted" not in log:
+        line = daemon.stderr.readline()
+        if not line or time.time() - t0 > 30:
+            daemon.kill()
+            raise SystemExit(f"mount failed: {log}{line}")
+        log += line
+    print(log.strip(), file=sys.stderr)
+    g = json.load(open(os.path.join(mnt, ".cascade", "stats.json")))["gpu"]
+    if not g["available"]:
+        stop_daemon(daemon, mnt)
+        raise SystemExit(f"no GPU tier on this machine: {g.get('reason')}")
+    return daemon
+
+
+def stop_daemon(daemon, mnt):
+    subprocess.run(["node", CLI, "unmount", mnt], capture_output=True)
+    try:
+        daemon.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+
+
+def promote_rows(size, trials, root):
+    """
+    The other way to serve a GPU-only block through the mount: DRAM has room, so the native engine's
+    open copies the whole block GPU -> DRAM and its reads are then served from the arena in C++. Each
+    trial writes a fresh block, loads it into the GPU tier (lease taken and released), pushes it out of
+    DRAM with filler blocks, then reads it cold in a fresh process (the open's promotion included).
+    """
+    mnt, data = os.path.join(root, "mnt2"), os.path.join(root, "data2")
+    mib = size >> 20
+    daemon = start_daemon(mnt, data, 3 * mib + mib // 2, 16 * mib)
+    seconds, promotions, tiers = [], [], []
+    try:
+        d = os.path.join(mnt, "kv", "promote")
+        os.makedirs(d, exist_ok=True)
+        for t in range(trials):
+            f = os.path.join(d, f"block{t}")
+            with open(f, "wb") as out:
+                out.write(os.urandom(size))
+            json.loads(os.getxattr(f, "user.cascade.cuda_ipc"))
+            os.removexattr(f, "user.cascade.cuda_ipc")
+            for k in range(4):  # 4 more blocks into a DRAM of 3.5: the least recent (this one) leaves
+                with open(os.path.join(d, f"filler{t}-{k}"), "wb") as out:
+                    out.write(os.urandom(size))
+                    out.flush()
+                    os.fsync(out.fileno())
+            tiers.append(os.getxattr(f, "user.cascade.tier").decode())
+            before = json.load(open(os.path.join(mnt, ".cascade", "stats.json")))
+            seconds.append(float(run([sys.executable, "-c", READER, f, str(size)]).stdout))
+            after = json.load(open(os.path.join(mnt, ".cascade", "stats.json")))
+            promotions.append(after["promotions"] - before["promotions"])
+    finally:
+        stop_daemon(daemon, mnt)
+    return seconds, {"dramMiB": 3 * mib + mib // 2, "tiersBeforeRead": tiers, "dramPromotionsPerRead": promotions}
+
+
 def main():
     ap = argparse.ArgumentParser(description="GPU tier benchmark")
     ap.add_argument("--size-mib", type=int, default=64)
@@ -86,21 +149,8 @@ def main():
     size = args.size_mib << 20
     root = tempfile.mkdtemp(prefix="cascade-gpu-bench-")
     mnt, data = os.path.join(root, "mnt"), os.path.join(root, "data")
-    daemon = subprocess.Popen(
-        ["node", CLI, "mount", mnt, "--data", data, "--engine", "native", "--dram", f"{max(16, args.size_mib // 2)}M", "--gpu", f"{4 * args.size_mib}M"],
-        stderr=subprocess.PIPE, text=True)
-    log = ""
+    daemon = start_daemon(mnt, data, max(16, args.size_mib // 2), 4 * args.size_mib)
     try:
-        t0 = time.time()
-        while "cascade: mounted" not in log:
-            line = daemon.stderr.readline()
-            if not line or time.time() - t0 > 30:
-                raise SystemExit(f"mount failed: {log}{line}")
-            log += line
-        print(log.strip(), file=sys.stderr)
-        g = json.load(open(os.path.join(mnt, ".cascade", "stats.json")))["gpu"]
-        if not g["available"]:
-            raise SystemExit(f"no GPU tier on this machine: {g.get('reason')}")
         os.makedirs(os.path.join(mnt, "kv", "bench"), exist_ok=True)
         f = os.path.join(mnt, "kv", "bench", "block")
         payload = os.urandom(size)
@@ -141,12 +191,12 @@ def main():
             os.unlink(shm)
         stats2 = json.load(open(os.path.join(mnt, ".cascade", "stats.json")))
         os.removexattr(f, "user.cascade.cuda_ipc")
+        stop_daemon(daemon, mnt)
+        daemon = None
+        rows["mount-read-gpu-promote"], promote_env = promote_rows(size, args.trials, root)
     finally:
-        subprocess.run(["node", CLI, "unmount", mnt], capture_output=True)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
+        if daemon is not None:
+            stop_daemon(daemon, mnt)
         shutil.rmtree(root, ignore_errors=True)
 
     gpu_name = stats2["gpu"]["device"]["name"] if stats2["gpu"].get("device") else "?"
@@ -155,6 +205,7 @@ def main():
         "host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(), "gpu": gpu_name,
         "sizeBytes": size, "trials": args.trials, "tierBeforeReads": tier, "gpuHitsDuringMountReads": gpu_hits,
         "daemon": f"--engine native --dram {max(16, args.size_mib // 2)}M --gpu {4 * args.size_mib}M",
+        "promote": promote_env,
     }
     result = {"env": env, "rows": {k: {"seconds": v, "bestGBps": round(gbps(size, min(v)), 2), "medianGBps": round(gbps(size, sorted(v)[len(v) // 2]), 2)} for k, v in rows.items()}}
     limit = result["rows"]["d2h-pinned"]["bestGBps"]
@@ -164,6 +215,10 @@ def main():
         f"Host {env['host']} (kernel {env['kernel']}, {env['cpus']} CPUs). Daemon: `{env['daemon']}`; the block was in tier `{tier}` before the reads "
         f"(DRAM smaller than the block, so mount reads are served by D2H copies: {gpu_hits} GPU-tier hits during them). "
         f"{args.trials} trials per row, each in a fresh process; mount reads cold (page cache dropped with posix_fadvise DONTNEED).",
+        "",
+        f"`mount-read-gpu` serves each FUSE read request with a D2H copy (DRAM cannot hold the block). `mount-read-gpu-promote` is the other way: "
+        f"DRAM of {promote_env['dramMiB']} MiB has room, so the native engine's open copies the block GPU -> DRAM (promotions per read: "
+        f"{promote_env['dramPromotionsPerRead']}; tier before each read: {promote_env['tiersBeforeRead']}) and its reads are served from the arena in C++; the open's copy is in the time.",
         "",
         "| row | best GB/s | median GB/s | vs D2H pinned (best) |",
         "| --- | ---: | ---: | ---: |",

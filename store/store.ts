@@ -1364,7 +1364,12 @@ export class Store {
       try {
         const n = await g.read(sha, offsetBytes, target);
         this.counters.hits.gpu++;
-        if (offsetBytes === 0) this.gpuEviction?.accessed(sha);
+        if (offsetBytes === 0) {
+          this.gpuEviction?.accessed(sha);
+          // Serving a whole block request by request over PCIe is 4x slower than copying it to DRAM
+          // once and reading there (bench/results/gpu-2026-11-26-*): promote it like a disk read.
+          if (this.promotion.onSlowRead(sha)) this.offerPromotionFromGpu(sha, sizeBytes);
+        }
         return n;
       } catch (e) {
         if (!isCascadeError(e, 'ENOENT')) throw e; // evicted meanwhile: read from disk
@@ -1503,23 +1508,41 @@ export class Store {
     this.heartbeat.unref();
   }
 
+  /** As offerPromotion, for a block in the GPU tier: copied out of it when the job runs. */
+  private offerPromotionFromGpu(sha: string, sizeBytes: number): void {
+    if (this.dram.footprintBytes(sizeBytes) > this.dram.capacityBytes) return;
+    this.mover.offer({
+      key: sha,
+      sizeBytes: 0, // holds no bytes while queued
+      run: async () => {
+        if (this.closed || this.dram.has(sha)) return;
+        const data = await this.gpuCopy(sha, sizeBytes);
+        if (data) await this.promoteNow(sha, data);
+      },
+    });
+  }
+
   private offerPromotion(sha: string, data: Buffer): boolean {
     return this.mover.offer({
       key: sha,
       sizeBytes: data.length,
-      run: () =>
-        this.locks.with(sha, async () => {
-          // Still stored durably: on this node's disk, or (a cluster) on another node's.
-          if (this.closed || this.dram.has(sha) || (!this.disk.has(sha) && !this.config.cluster)) return;
-          const shared = !this.disk.has(sha);
-          if (shared && (await this.meta.block(sha)) === undefined) return; // released meanwhile
-          if (!(await this.makeRoom(data.length))) return;
-          await this.dram.write(sha, data);
-          if (shared) this.sharedClean.add(sha);
-          this.admit(sha);
-          this.remote?.advertise(sha, true);
-          this.counters.promotions++;
-        }),
+      run: () => this.promoteNow(sha, data),
+    });
+  }
+
+  /** Copy a block's bytes into DRAM as a promotion, if it is still stored and DRAM can make room. */
+  private promoteNow(sha: string, data: Buffer): Promise<void> {
+    return this.locks.with(sha, async () => {
+      // Still stored durably: on this node's disk, or (a cluster) on another node's.
+      if (this.closed || this.dram.has(sha) || (!this.disk.has(sha) && !this.config.cluster)) return;
+      const shared = !this.disk.has(sha);
+      if (shared && (await this.meta.block(sha)) === undefined) return; // released meanwhile
+      if (!(await this.makeRoom(data.length))) return;
+      await this.dram.write(sha, data);
+      if (shared) this.sharedClean.add(sha);
+      this.admit(sha);
+      this.remote?.advertise(sha, true);
+      this.counters.promotions++;
     });
   }
 

@@ -158,12 +158,17 @@ export function gpuStoreSuite(label: string, makeDevice: (capacityBytes: number)
       for (let i = 0; i < 6; i++) await s.put(`m/g${i}`, seededBytes(200 + i, BLOCK));
       assert.equal(s.dram.has(sha256(a)), false, 'a left DRAM');
       const before = (await s.stats()).hits.gpu;
-      const got = await readAll(s, 'm/a');
-      assert.ok(got.equals(a), 'bytes from the GPU tier are exact');
       const part = Buffer.alloc(1000);
       assert.equal(await s.read('m/a', BLOCK - 500, part), 500);
       assert.ok(part.subarray(0, 500).equals(a.subarray(BLOCK - 500)), 'a read at an offset, clipped at the end');
+      await s.idle();
+      assert.equal(s.dram.has(sha256(a)), false, 'a read from the middle does not promote');
+      const got = await readAll(s, 'm/a');
+      assert.ok(got.equals(a), 'bytes from the GPU tier are exact');
       assert.equal((await s.stats()).hits.gpu, before + 2);
+      await s.idle();
+      assert.ok(s.dram.has(sha256(a)), 'a whole read from the GPU tier promotes the block to DRAM (4x faster for the next reads)');
+      assert.ok(s.gpu!.has(sha256(a)), 'and it stays in the GPU tier too');
     });
 
     it('pins go to the GPU tier and stay; other blocks take turns in the rest (LRU), the evicted going down to DRAM', async function () {
