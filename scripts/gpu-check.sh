@@ -10,7 +10,7 @@ mkdir -p "$out"
 status=0
 nvidia-smi --query-gpu=name,uuid,memory.total,driver_version --format=csv,noheader || true
 echo "== native core (GPU pool: round trips, ranges, IPC handle)"
-native/build-test/cascade_native_test 2>&1 | grep -E 'gpu|native tests' || status=1
+native/build-test/cascade_native_test 2>&1 | grep -E 'gpu|native tests|FAIL' || status=1
 echo "== mocha: GPU tier (store policy on the real device, binding, mount + CUDA IPC)"
 node node_modules/mocha/bin/mocha.js --no-config --timeout 120000 --enable-source-maps --reporter spec \
   dist/test/store/gpu.test.js dist/test/mount/gpu.test.js 2>&1 | tee "$out/gpu-tests.log" | tail -60 || status=1
