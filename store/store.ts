@@ -38,7 +38,8 @@ import type { EvictionPolicy, PromotionPolicy } from './policy/policy';
 import { ThresholdPromotion } from './policy/promotion';
 import { KeyedLock, SingleFlight } from './singleflight';
 import { isMappedTier, type Tier, type TierName, type TierStats } from './tier';
-import { DiskSegmentTier, DiskSyncError, readRecordAt } from './tiers/disk';
+import { DiskSegmentTier, DiskSyncError, readRecordAt, realDiskIo } from './tiers/disk';
+import { failpointsFromEnv, type FaultyDiskIo } from './faults';
 import { ShmArenaTier } from './tiers/dram';
 import { MemoryTier } from './tiers/memory';
 import { NativeArenaTier } from './tiers/native-dram';
@@ -187,6 +188,8 @@ export interface StoreStats {
   recovery: { lostVersions: number; orphanBlocksRemoved: number; quarantined: number };
   diskSyncFailures: number;
   gpu: GpuFigures;
+  /** Faults injected under the disk tier by CASCADE_FAILPOINTS (tests only), by point. */
+  faultsInjected?: Record<string, number>;
   /**
    * Cluster mode: this node; blocks it loaded whole from other nodes' segments (each load once, however
    * many reads it then serves); every node of the namespace with its last published figures.
@@ -396,6 +399,8 @@ export class Store {
   private readonly gpuOffReason: string | undefined;
   private readonly gpuEviction: EvictionPolicy | undefined;
   private readonly gpuPromotion: PromotionPolicy | undefined;
+  /** Storage faults injected by CASCADE_FAILPOINTS (tests), shown in stats. */
+  private faults: FaultyDiskIo | undefined;
   /** Blocks held in the GPU tier for IPC readers (count per block): not evicted meanwhile. */
   private readonly gpuHolds = new Map<string, number>();
 
@@ -454,6 +459,9 @@ export class Store {
         config.tiers?.dram ??
         (await openDram(config));
       opened.push(dram);
+      // Tests inject storage faults under a real daemon this way (store/faults.ts); said loudly.
+      const faults = config.tiers?.disk ? undefined : failpointsFromEnv(realDiskIo);
+      if (faults) (config.log ?? ((m: string) => process.stderr.write(`cascade: ${m}\n`)))(`FAULT INJECTION ON (CASCADE_FAILPOINTS=${process.env.CASCADE_FAILPOINTS})`);
       const disk =
         config.tiers?.disk ??
         (await DiskSegmentTier.open({
@@ -461,12 +469,14 @@ export class Store {
           capacityBytes: config.diskCapacityBytes,
           segmentTargetBytes: config.segmentTargetBytes,
           onMoved: (keys) => store?.republish(keys),
+          io: faults,
         }));
       opened.push(disk);
       const gpu = openGpu(config);
       if (gpu instanceof GpuTier) opened.push(gpu);
       else if (config.gpu) (config.log ?? ((m: string) => process.stderr.write(`cascade: ${m}\n`)))(`GPU tier off: ${gpu}`);
       store = new Store(dram, disk, meta, config, token, gpu);
+      store.faults = faults;
       if (cluster && cluster.remote !== false && dram instanceof NativeArenaTier && dram.capacityBytes > 0) {
         const s = store;
         try {
@@ -1007,6 +1017,7 @@ export class Store {
       },
       diskSyncFailures: this.counters.diskSyncFailures,
       gpu: this.gpuFigures(),
+      faultsInjected: this.faults ? { ...this.faults.injected } : undefined,
       cluster: this.config.cluster
         ? {
             node: this.config.cluster.node,

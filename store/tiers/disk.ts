@@ -37,12 +37,23 @@ const INDEX_ENTRY_BYTES = 48; // sha256 [32] | record offset u64 | payload lengt
 /** Node's fs calls take at most 2 GiB - 1 bytes at once. */
 const IO_CHUNK_BYTES = 1 * GiB;
 
-/** The file operations that can fail in ways tests must reach (fault injection). */
+/**
+ * The segment file operations of the live read and write paths, which can fail in ways tests must reach
+ * (fault injection: store/faults.ts). Recovery at open reads with the plain calls.
+ */
 export interface DiskIo {
+  /** pread: bytes read (0 at end of file). */
+  read(fd: number, buf: Uint8Array, offset: number, length: number, position: number): Promise<number>;
+  /** pwrite: bytes written. */
+  write(fd: number, buf: Uint8Array, offset: number, length: number, position: number): Promise<number>;
   fdatasync(fd: number): Promise<void>;
 }
 
-const realIo: DiskIo = {
+export const realDiskIo: DiskIo = {
+  read: (fd, buf, offset, length, position) =>
+    new Promise((resolve, reject) => fs.read(fd, buf, offset, length, position, (e, n) => (e ? reject(e) : resolve(n)))),
+  write: (fd, buf, offset, length, position) =>
+    new Promise((resolve, reject) => fs.write(fd, buf, offset, length, position, (e, n) => (e ? reject(e) : resolve(n)))),
   fdatasync: (fd) => new Promise((resolve, reject) => fs.fdatasync(fd, (e) => (e ? reject(e) : resolve()))),
 };
 
@@ -139,37 +150,33 @@ function decodeHeader(h: Buffer): { sha256: string; sizeBytes: number } | string
   return { sha256: h.toString('hex', 16, 48), sizeBytes: Number(size) };
 }
 
-function readFd(fd: number, buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {
-  return new Promise((resolve, reject) =>
-    fs.read(fd, buf, offset, length, position, (e, n) => (e ? reject(e) : resolve(n))),
-  );
-}
-
-async function readFully(fd: number, buf: Uint8Array, position: number): Promise<number> {
+async function readFully(fd: number, buf: Uint8Array, position: number, io: DiskIo = realDiskIo): Promise<number> {
   let done = 0;
   while (done < buf.length) {
-    const n = await readFd(fd, buf, done, Math.min(buf.length - done, IO_CHUNK_BYTES), position + done);
+    const n = await io.read(fd, buf, done, Math.min(buf.length - done, IO_CHUNK_BYTES), position + done);
     if (n === 0) break;
     done += n;
   }
   return done;
 }
 
-async function writeFully(fd: number, parts: Uint8Array[], position: number): Promise<void> {
+async function writeFully(fd: number, parts: Uint8Array[], position: number, io: DiskIo): Promise<void> {
   let pos = position;
   for (const part of parts) {
     let done = 0;
     while (done < part.length) {
-      const len = Math.min(part.length - done, IO_CHUNK_BYTES);
-      const n = await new Promise<number>((resolve, reject) =>
-        fs.write(fd, part, done, len, pos, (e, written) => (e ? reject(e) : resolve(written))),
-      );
+      const n = await io.write(fd, part, done, Math.min(part.length - done, IO_CHUNK_BYTES), pos);
       done += n;
       pos += n;
     }
   }
 }
 
+
+/** A failed read of a segment: EIO to the reader (the record may be fine; a later read may succeed). */
+function readFailed(file: string, e: unknown): CascadeError {
+  return new CascadeError('EIO', `read of ${file} failed: ${(e as Error).message}`, { cause: e });
+}
 
 const SEGMENT_RE = /^seg-(\d{8})\.log$/;
 const segName = (id: number) => `seg-${String(id).padStart(8, '0')}`;
@@ -201,7 +208,7 @@ export class DiskSegmentTier implements Tier {
     this.capacityBytes = options.capacityBytes ?? Infinity;
     this.segmentTargetBytes = options.segmentTargetBytes ?? SEGMENT_TARGET_BYTES_DEFAULT;
     this.compactDeadFraction = options.compactDeadFraction ?? COMPACT_DEAD_FRACTION_DEFAULT;
-    this.io = options.io ?? realIo;
+    this.io = options.io ?? realDiskIo;
     this.onQuarantine = options.onQuarantine;
     this.segDir = path.join(options.dir, 'segments');
     if (!(this.capacityBytes >= 0)) throw new CascadeError('EINVAL', 'disk capacityBytes must be >= 0');
@@ -272,13 +279,14 @@ export class DiskSegmentTier implements Tier {
     const pad = alignUp(data.length) - data.length;
     const parts = pad > 0 ? [encodeHeader(key, data.length), data, Buffer.alloc(pad)] : [encodeHeader(key, data.length), data];
     try {
-      await writeFully(seg.fd, parts, offset);
+      await writeFully(seg.fd, parts, offset, this.io);
     } catch (e) {
       // The file's state is unknown now: stop appending to it; what was synced before stays valid.
       seg.deadBytes += need;
       seg.sealed = true;
       if (this.active === seg) this.active = undefined;
-      throw new CascadeError('EIO', `write to ${seg.file} failed`, { cause: e });
+      const full = (e as { code?: unknown }).code === 'ENOSPC';
+      throw new CascadeError(full ? 'ENOSPC' : 'EIO', `write to ${seg.file} failed: ${(e as Error).message}`, { cause: e });
     }
     this.index.set(key, { segment: seg, offsetBytes: offset, sizeBytes: data.length });
     seg.unsynced.push(key);
@@ -295,7 +303,7 @@ export class DiskSegmentTier implements Tier {
     seg.readers++;
     try {
       const header = Buffer.alloc(RECORD_HEADER_BYTES);
-      await readFully(seg.fd, header, loc.offsetBytes);
+      await readFully(seg.fd, header, loc.offsetBytes, this.io).catch((e: unknown) => Promise.reject(readFailed(seg.file, e)));
       const h = decodeHeader(header);
       if (typeof h === 'string' || h.sha256 !== key || h.sizeBytes !== sizeBytes) {
         throw this.corrupt(key, loc, typeof h === 'string' ? h : 'header does not match the index');
@@ -304,7 +312,7 @@ export class DiskSegmentTier implements Tier {
       // caller's buffer when it covers the block (the store reads whole blocks), else into a scratch one.
       const count = Math.min(target.length, sizeBytes - offsetBytes);
       const whole = offsetBytes === 0 && count === sizeBytes ? target.subarray(0, sizeBytes) : Buffer.allocUnsafe(sizeBytes);
-      const n = await readFully(seg.fd, whole, loc.offsetBytes + RECORD_ALIGN_BYTES);
+      const n = await readFully(seg.fd, whole, loc.offsetBytes + RECORD_ALIGN_BYTES, this.io).catch((e: unknown) => Promise.reject(readFailed(seg.file, e)));
       if (n !== sizeBytes) throw this.corrupt(key, loc, `short payload (${n} of ${sizeBytes} bytes)`);
       if ((await sha256Hex(whole)) !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
       if (whole !== target.subarray(0, sizeBytes)) target.set(whole.subarray(offsetBytes, offsetBytes + count));

@@ -20,6 +20,8 @@ export function isMounted(mnt: string): boolean {
 export class Daemon {
   proc: ChildProcess | undefined;
   stderr = '';
+  /** Extra environment for the daemon (e.g. CASCADE_FAILPOINTS). */
+  env: NodeJS.ProcessEnv = {};
   constructor(
     readonly mnt: string,
     readonly data: string,
@@ -34,7 +36,7 @@ export class Daemon {
     const dram = this.extra.includes('--dram') ? [] : ['--dram', '64M'];
     const argv = [process.execPath, CLI, 'mount', this.mnt, '--data', this.data, ...dram, ...this.extra];
     const [cmd, ...args] = [...this.wrapper, ...argv];
-    const proc = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...this.env } });
     this.proc = proc;
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`mount did not come up: ${this.stderr}`)), 20_000);

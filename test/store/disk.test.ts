@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { RECORD_ALIGN_BYTES } from '../../store/constants';
-import { DiskSegmentTier, DiskSyncError, type DiskIo, type QuarantineEvent } from '../../store/tiers/disk';
+import { DiskSegmentTier, DiskSyncError, realDiskIo, type DiskIo, type QuarantineEvent } from '../../store/tiers/disk';
 import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from './helpers';
 import { tierConformance } from './tier-conformance';
 
@@ -139,6 +139,7 @@ describe('DiskSegmentTier: segments and recovery', () => {
     const synced: number[] = [];
     let failNext = false;
     const io: DiskIo = {
+      ...realDiskIo,
       fdatasync: async (fd) => {
         synced.push(fd);
         if (failNext) {

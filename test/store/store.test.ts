@@ -4,7 +4,7 @@ import * as path from 'node:path';
 import { MiB, RECORD_ALIGN_BYTES } from '../../store/constants';
 import { Store, type StoreConfig } from '../../store/store';
 import type { Tier } from '../../store/tier';
-import { DiskSegmentTier, type DiskIo } from '../../store/tiers/disk';
+import { DiskSegmentTier, realDiskIo, type DiskIo } from '../../store/tiers/disk';
 import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from './helpers';
 import { nativeBinding } from '../../native';
 
@@ -285,6 +285,7 @@ describe('Store', function () {
     const dir = newDir();
     let failures = 1;
     const io: DiskIo = {
+      ...realDiskIo,
       fdatasync: (fd) =>
         failures-- > 0
           ? Promise.reject(Object.assign(new Error('injected EIO'), { code: 'EIO' }))
