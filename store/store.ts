@@ -370,6 +370,8 @@ export class Store {
   private readonly counters = {
     hits: { gpu: 0, dram: 0, remote: 0, disk: 0, shared: 0 } as Record<string, number>,
     gpuPromotions: 0,
+    /** Writes that found the room makeRoom had made taken by a concurrent write (written through). */
+    dramRaces: 0,
     gpuEvictions: 0,
     gpuDemotions: 0,
     misses: 0,
@@ -1190,8 +1192,7 @@ export class Store {
       await this.disk.write(sha, data);
       this.unsynced.add(sha);
       this.kickFlusher();
-      if (await this.makeRoom(data.length)) {
-        await this.dram.write(sha, data);
+      if ((await this.makeRoom(data.length)) && (await this.dramWriteRaced(sha, data))) {
         this.admit(sha);
         this.evictAhead();
       } else {
@@ -1199,8 +1200,7 @@ export class Store {
       }
       return;
     }
-    if (await this.makeRoom(data.length)) {
-      await this.dram.write(sha, data);
+    if ((await this.makeRoom(data.length)) && (await this.dramWriteRaced(sha, data))) {
       this.admit(sha);
       this.markDirty(sha, data.length);
       this.kickFlusher();
@@ -1212,6 +1212,21 @@ export class Store {
     this.unsynced.add(sha);
     this.counters.demotions++;
     this.kickFlusher();
+  }
+
+  /**
+   * dram.write right after makeRoom said yes: false when a concurrent write took the room in between
+   * (ENOSPC), so the caller writes through to disk instead of failing the put (seen under 8 writers).
+   */
+  private async dramWriteRaced(sha: string, data: Uint8Array): Promise<boolean> {
+    try {
+      await this.dram.write(sha, data);
+      return true;
+    } catch (e) {
+      if (!isCascadeError(e, 'ENOSPC')) throw e;
+      this.counters.dramRaces++;
+      return false;
+    }
   }
 
   private markDirty(key: string, sizeBytes: number): void {
@@ -1548,8 +1563,7 @@ export class Store {
       if (this.closed || this.dram.has(sha) || (!this.disk.has(sha) && !this.config.cluster)) return;
       const shared = !this.disk.has(sha);
       if (shared && (await this.meta.block(sha)) === undefined) return; // released meanwhile
-      if (!(await this.makeRoom(data.length))) return;
-      await this.dram.write(sha, data);
+      if (!(await this.makeRoom(data.length)) || !(await this.dramWriteRaced(sha, data))) return; // an optimisation: skipped
       if (shared) this.sharedClean.add(sha);
       this.admit(sha);
       this.remote?.advertise(sha, true);
@@ -1732,14 +1746,17 @@ export class Store {
     }
     if (tryRemote && (await this.fetchRemote(sha, sizeBytes, reading))) return;
     const data = (this.gpu?.has(sha) ? await this.gpuCopy(sha, sizeBytes) : undefined) ?? (await this.loadFromDisk(sha, sizeBytes));
-    if (!(await this.makeRoom(sizeBytes))) {
-      // Room may be held by blocks waiting for the flusher: let it finish, then try once more.
-      await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
+    for (let attempt = 0; ; attempt++) {
       if (!(await this.makeRoom(sizeBytes))) {
-        throw new CascadeError('ENOSPC', `no room in DRAM for ${sizeBytes} bytes (pinned: ${this.pinnedBytes})`);
+        // Room may be held by blocks waiting for the flusher: let it finish, then try once more.
+        await this.makeDurable([...this.dirty.keys(), ...this.unsynced]);
+        if (!(await this.makeRoom(sizeBytes))) {
+          throw new CascadeError('ENOSPC', `no room in DRAM for ${sizeBytes} bytes (pinned: ${this.pinnedBytes})`);
+        }
       }
+      if (await this.dramWriteRaced(sha, data)) break;
+      if (attempt >= MAKE_ROOM_ROUNDS_MAX) throw new CascadeError('ENOSPC', `no room in DRAM for ${sizeBytes} bytes: concurrent writes keep taking it`);
     }
-    await this.dram.write(sha, data);
     if (!this.disk.has(sha)) this.sharedClean.add(sha);
     this.admit(sha);
     this.remote?.advertise(sha, true);

@@ -4,6 +4,7 @@ import * as path from 'node:path';
 import { MiB, RECORD_ALIGN_BYTES } from '../../store/constants';
 import { Store, type StoreConfig } from '../../store/store';
 import type { Tier } from '../../store/tier';
+import { MemoryTier } from '../../store/tiers/memory';
 import { DiskSegmentTier, realDiskIo, type DiskIo } from '../../store/tiers/disk';
 import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from './helpers';
 import { nativeBinding } from '../../native';
@@ -88,6 +89,16 @@ describe('Store', function () {
     for (let i = 0; i < 96; i++) assert.ok((await store.get(`m/w-${i}`)).equals(seededBytes(7000 + i, MiB)), `block ${i}`);
     await store.close();
     await rejectsWith(() => open(newDir(), { dramWatermarks: { low: 0.5, high: 0.2 } }), 'EINVAL');
+  });
+
+  it('concurrent puts racing for the last DRAM room all succeed (the loser writes through to disk)', async () => {
+    const dir = newDir();
+    const store = await open(dir, { tiers: { dram: new MemoryTier({ name: 'dram', capacityBytes: 1 * MiB }) }, dramWatermarks: { low: 0, high: 0 } });
+    const blocks = [1, 2, 3, 4].map((i) => seededBytes(500 + i, 1 * MiB));
+    // Hashes given: no hashing staggers the puts, so all of them ask for room before any writes.
+    await Promise.all(blocks.map((b, i) => store.put(`m/race${i}`, b, sha256(b))));
+    for (let i = 0; i < blocks.length; i++) assert.ok((await store.get(`m/race${i}`)).equals(blocks[i]));
+    await store.close();
   });
 
   it('dedup: one 4 MiB content under 50 names is stored once per tier', async () => {
