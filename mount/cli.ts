@@ -197,12 +197,13 @@ interface MountArgs extends CommonArgs {
   remotePromoteAfter?: number;
   gpu?: string;
   gpuDevice?: number;
+  metrics?: string;
 }
 
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
 const MOUNT_CONFIG_KEYS = [
   'data', 'dram', 'dram-watermarks', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
-  'gpu', 'gpu-device',
+  'gpu', 'gpu-device', 'metrics',
 ] as const;
 
 /**
@@ -227,7 +228,7 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     }
     const bad = (want: string) => new CascadeError('EINVAL', `config file ${file}: "${rawKey}" must be ${want}, not ${JSON.stringify(value)}`);
     if ((key === 'data' || key === 'shared') && typeof value !== 'string') throw bad('a directory path');
-    if ((key === 'cluster' || key === 'node' || key === 'fabric' || key === 'fabric-addr' || key === 'dram-watermarks') && typeof value !== 'string') throw bad('a string');
+    if ((key === 'cluster' || key === 'node' || key === 'fabric' || key === 'fabric-addr' || key === 'dram-watermarks' || key === 'metrics') && typeof value !== 'string') throw bad('a string');
     if (key === 'remote-promote-after' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
     if (key === 'gpu-device' && !(Number.isInteger(value) && (value as number) >= 0)) throw bad('a device number (0, 1, ...)');
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota' || key === 'gpu') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
@@ -252,6 +253,18 @@ function deferMountConfigErrors(file: string): Record<string, unknown> {
     mountConfigError = e;
     return {};
   }
+}
+
+/**
+ * `--metrics`: "HOST:PORT", ":PORT" or "PORT" (host 127.0.0.1); EINVAL otherwise. Parsed here, not in
+ * metrics.ts: loading prom-client costs every command ~70 ms.
+ */
+export function parseListen(text: string): { host: string; port: number } {
+  const m = /^(?:(\[[0-9a-fA-F:]+\]|[^:\s]*):)?(\d{1,5})$/.exec(text.trim());
+  const port = m ? Number(m[2]) : NaN;
+  if (!m || !(port >= 0 && port <= 65535)) throw new CascadeError('EINVAL', `--metrics takes HOST:PORT, :PORT or PORT (e.g. 127.0.0.1:9400), not ${JSON.stringify(text)}`);
+  const host = m[1] ? m[1].replace(/^\[|\]$/g, '') : '127.0.0.1';
+  return { host, port };
 }
 
 /** `--dram-watermarks LOW,HIGH` in percent of --dram, e.g. `5,10`; `0,0` turns eviction ahead of need off. */
@@ -307,6 +320,7 @@ async function mount(args: MountArgs): Promise<void> {
     dramWatermarks: args.dramWatermarks === undefined ? undefined : parseWatermarks(args.dramWatermarks),
     diskBytes: args.disk === undefined ? undefined : parseSize(args.disk),
     gpu: args.gpu === undefined ? undefined : { capacityBytes: parseSize(args.gpu), device: args.gpuDevice ?? 0 },
+    metrics: args.metrics === undefined ? undefined : parseListen(args.metrics),
     keepVersions: args.keepVersions,
     kernelCache: args.kernelCache,
     debug: args.debug,
@@ -591,7 +605,12 @@ export function buildCli(argv: string[]) {
               'GPU tier size, e.g. 16G: a pool of GPU memory for pinned prefix blocks and blocks read twice or more, readable through the mount and by same-node GPU processes (user.cascade.cuda_ipc). Needs a CUDA driver at run time; without one the mount runs without the tier and `cascade stats` says why (default: off)',
           })
           .option('gpu-device', { type: 'number', describe: 'with --gpu: the CUDA device number of the pool (default 0)' })
-          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device); flags on the command line win', deferMountConfigErrors)
+          .option('metrics', {
+            type: 'string',
+            describe:
+              'serve Prometheus metrics at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1; port 0 picks a free one, logged): tiers, hits, evictions, promotions, dedup, pins, queues, FUSE request latency by opcode, errors by errno, process figures (default: off)',
+          })
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
           .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
           .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run')

@@ -20,6 +20,7 @@ import Fuse = require('fuse-native');
 import { CascadeError } from '../store/errors';
 import type { CascadeFsOps, FileAttr, FsStatfs } from '../fs/types';
 import { errnoOf, toErrno } from './errno';
+import type { RequestObserver } from './metrics';
 import { checkMountpoint, clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint } from './mounts';
 
 export { clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint };
@@ -34,6 +35,8 @@ export interface FuseEngineOptions {
   kernelCache?: boolean;
   /** libfuse's per-request trace on stderr. */
   debug?: boolean;
+  /** Told of every request answered (metrics: mount/metrics.ts). */
+  observe?: RequestObserver;
   log?: (msg: string) => void;
 }
 
@@ -63,6 +66,7 @@ export class FuseNativeEngine {
     readonly mountpoint: string,
     private readonly fsOps: CascadeFsOps,
     private readonly log: (msg: string) => void,
+    private readonly observe?: RequestObserver,
   ) {}
 
   /**
@@ -80,7 +84,7 @@ export class FuseNativeEngine {
     if (existing) throw new CascadeError('EBUSY', `${mnt} is already mounted (${existing.fsType}); unmount it first: cascade unmount ${mnt}`);
     await checkMountpoint(mnt);
 
-    const engine = new FuseNativeEngine(mnt, fsOps, log);
+    const engine = new FuseNativeEngine(mnt, fsOps, log, options.observe);
     const fuse = new CascadeFuse(mnt, engine.buildOps(), {
       // Access control comes from the kernel: no caller uid/gid reaches JS (FACTS.md).
       defaultPermissions: true,
@@ -138,13 +142,26 @@ export class FuseNativeEngine {
    */
   private serve<T>(op: string, subject: string, work: () => Promise<T>, ok: (value: T) => void, fail: (errno: number) => void): void {
     let pending: Promise<T>;
+    const observe = this.observe;
+    const t0 = observe ? process.hrtime.bigint() : 0n;
+    const seconds = () => Number(process.hrtime.bigint() - t0) / 1e9;
     try {
       pending = work();
     } catch (e) {
       pending = Promise.reject(e);
     }
     pending
-      .then(ok, (e: unknown) => fail(toErrno(e, (msg) => this.log(`${op} ${subject}: ${msg}`))))
+      .then(
+        (v) => {
+          ok(v);
+          observe?.(op.toUpperCase(), seconds(), 0);
+        },
+        (e: unknown) => {
+          const errno = toErrno(e, (msg) => this.log(`${op} ${subject}: ${msg}`));
+          fail(errno);
+          observe?.(op.toUpperCase(), seconds(), errno);
+        },
+      )
       .catch((e: unknown) => this.log(`${op} ${subject}: reply failed: ${e instanceof Error ? e.stack : String(e)}`));
   }
 

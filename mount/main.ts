@@ -14,6 +14,7 @@ import type { EngineChoice } from './defaults';
 import { LocalServer } from './local-server';
 import { checkMountpoint, clearStaleMount, resolveMountpoint } from './mounts';
 import { formatBytes } from './size';
+import { MountMetrics } from './metrics';
 
 export interface MountOptions {
   mountpoint: string;
@@ -26,6 +27,8 @@ export interface MountOptions {
   diskBytes?: number;
   /** The GPU tier: pool size and device (StoreConfig.gpu); off when undefined. */
   gpu?: { capacityBytes: number; device: number };
+  /** Serve Prometheus metrics on http://host:port/metrics (mount/metrics.ts). */
+  metrics?: { host: string; port: number };
   keepVersions?: number;
   kernelCache?: boolean;
   /** libfuse's per-request trace on stderr. */
@@ -78,12 +81,18 @@ export async function runMount(opts: MountOptions): Promise<void> {
   opts.stop?.addEventListener('abort', onAbort);
   if (opts.stop?.aborted) onAbort();
   let poll: NodeJS.Timeout | undefined;
+  let metrics: MountMetrics | undefined;
 
   try {
     await clearStaleMount(mnt, (m) => log(`cascade: ${m}`));
     await fs.promises.mkdir(mnt, { recursive: true });
     // Everything that can fail cheaply fails before the store fills its DRAM (seconds, gigabytes).
     await preflight(mnt, opts);
+    if (opts.metrics) {
+      metrics = new MountMetrics();
+      const at = await metrics.listen(opts.metrics.host, opts.metrics.port);
+      log(`cascade: metrics on http://${at.host.includes(':') ? `[${at.host}]` : at.host}:${at.port}/metrics`);
+    }
     const clusterConfig = opts.cluster ? await openCluster(opts.cluster) : undefined;
     const store = await Store.open({
       dataDir: opts.dataDir,
@@ -102,7 +111,8 @@ export async function runMount(opts: MountOptions): Promise<void> {
       try {
         local = await startLocalServer(store, fsOps, log);
         if (!shuttingDown) {
-          const mounted = await mountEngine(mnt, fsOps, store, opts);
+          const mounted = await mountEngine(mnt, fsOps, store, opts, metrics);
+          metrics?.attach({ stats: () => store.stats(), engine: () => mounted.engine.info() as Record<string, unknown> });
           engine = mounted.engine;
           const where = opts.cluster
             ? `cluster ${opts.cluster.url}, node ${opts.cluster.node}, shared tier ${opts.cluster.sharedDir}`
@@ -130,6 +140,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
     }
     log(`cascade: unmounted ${mnt}; data persisted in ${opts.cluster ? `${opts.cluster.sharedDir}/nodes/${opts.cluster.node}` : opts.dataDir}`);
   } finally {
+    await metrics?.close();
     for (const s of STOP_SIGNALS) process.off(s, onSignal);
     opts.stop?.removeEventListener('abort', onAbort);
   }
@@ -221,7 +232,7 @@ async function preflight(mnt: string, opts: MountOptions): Promise<void> {
   }
 }
 
-async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts: MountOptions): Promise<{ engine: MountedEngine; description: string }> {
+async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts: MountOptions, metrics: MountMetrics | undefined): Promise<{ engine: MountedEngine; description: string }> {
   const log = (m: string) => opts.log(`cascade: ${m}`);
   const choice = opts.engine ?? 'auto';
   if (choice !== 'fuse-native') {
@@ -237,6 +248,7 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
           arena: store.dramArena(),
           maxBlockBytes: store.maxBlockBytes,
           passthrough: opts.passthrough,
+          observe: metrics?.observe,
           log,
         });
         const n = e.negotiated();
@@ -256,6 +268,6 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
   }
   if (opts.passthrough) log('--passthrough needs the native engine: ignored');
   const { FuseNativeEngine } = await import('./fuse-engine');
-  const e = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, log });
+  const e = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, observe: metrics?.observe, log });
   return { engine: e, description: 'fuse-native: libfuse 2, 128 KiB requests' };
 }

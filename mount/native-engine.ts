@@ -18,6 +18,7 @@ import { CascadeError, isCascadeError } from '../store/errors';
 import type { DramHold } from '../store/store';
 import type { CascadeFsOps, DirEntry, FileAttr, Handle } from '../fs/types';
 import { errnoOf, toErrno } from './errno';
+import type { RequestObserver } from './metrics';
 import * as P from './fuse-proto';
 import { BackingCache, type Backing } from './passthrough';
 import { checkMountpoint, clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint } from './mounts';
@@ -46,8 +47,13 @@ export interface NativeEngineOptions {
   passthrough?: boolean;
   /** Bound on the shared-memory copies passthrough reads from (default 1 GiB). */
   passthroughCacheBytes?: number;
+  /** Told of every request JS answers (metrics: mount/metrics.ts). */
+  observe?: RequestObserver;
   log?: (msg: string) => void;
 }
+
+/** FUSE opcode names by number, for metrics. */
+const OP_NAMES = new Map<number, string>(Object.entries(P.Op).map(([name, n]) => [n, name]));
 
 /** How long INIT may take after mount(2) before the mount is called failed. */
 const INIT_TIMEOUT_MS = 10_000;
@@ -360,14 +366,23 @@ export class NativeFuseEngine {
       return;
     }
     let work: Promise<Buffer | Buffer[] | undefined>;
+    const observe = this.options.observe;
+    const t0 = observe ? process.hrtime.bigint() : 0n;
     try {
       work = this.serve(hdr, new P.Reader(request));
     } catch (e) {
       work = Promise.reject(e);
     }
     work.then(
-      (payload) => this.reply(hdr.unique, 0, payload),
-      (e: unknown) => this.reply(hdr.unique, this.errnoFor(hdr, e)),
+      (payload) => {
+        this.reply(hdr.unique, 0, payload);
+        observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, 0);
+      },
+      (e: unknown) => {
+        const errno = this.errnoFor(hdr, e);
+        this.reply(hdr.unique, errno);
+        observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, errno);
+      },
     );
   }
 
