@@ -1312,7 +1312,9 @@ export class CascadeFs implements CascadeFsOps {
       const s = await this.store.stats();
       const d = this.loopDelay;
       const eventLoop = { delayMaxMs: d.max / 1e6, delayP99Ms: d.percentile(99) / 1e6, delayMeanMs: Number.isNaN(d.mean) ? 0 : d.mean / 1e6 };
-      const body = { ...s, fs: { openHandles: this.handles.size, stagingFiles: this.staging.size, stagingBytes: this.stagingBytes }, eventLoop, engine: this.options.engineInfo?.() };
+      // daemon: who serves this mount (`cascade mounts` lists it; `cascade unmount` waits for the pid).
+      const daemon = { pid: process.pid, host: os.hostname(), mountedAtMs: this.mountTimeMs, dataDir: this.store.dataDir };
+      const body = { daemon, ...s, fs: { openHandles: this.handles.size, stagingFiles: this.staging.size, stagingBytes: this.stagingBytes }, eventLoop, engine: this.options.engineInfo?.() };
       this.statsSnapshot = { atMs: Date.now(), data: Buffer.from(JSON.stringify(body, null, 2) + '\n') };
     }
     return this.statsSnapshot.data;

@@ -181,6 +181,8 @@ async function demo(args: CommonArgs & { blocks: number; blockSize: string; keep
 
 interface MountArgs extends CommonArgs {
   mountpoint: string;
+  background: boolean;
+  logFile?: string;
   pinQuota?: string;
   disk?: string;
   keepVersions?: number;
@@ -310,9 +312,7 @@ async function mount(args: MountArgs): Promise<void> {
               ? (false as const)
               : { provider: args.fabric, address: args.fabricAddr, promoteAfterReads: args.remotePromoteAfter },
         };
-  // Loaded here, not at the top: only mount/unmount need fuse-native (and the system libfuse).
-  const { runMount } = await import('./main');
-  await runMount({
+  const options = {
     mountpoint: args.mountpoint,
     dataDir: path.resolve(args.data ?? defaultDataDir()),
     dramBytes: args.dram === undefined ? defaultDramBytes() : parseSize(args.dram),
@@ -327,8 +327,13 @@ async function mount(args: MountArgs): Promise<void> {
     engine: args.engine as EngineChoice,
     passthrough: args.passthrough,
     cluster,
-    log: (line) => process.stderr.write(`${line}\n`),
-  });
+    log: (line: string) => process.stderr.write(`${line}\n`),
+  };
+  // Every argument is checked by now: a mistake fails here, not in the background daemon's log.
+  if (args.background) return mountInBackground(args);
+  // Loaded here, not at the top: only mount/unmount need fuse-native (and the system libfuse).
+  const { runMount } = await import('./main');
+  await runMount(options);
 }
 
 /** `cascade fsck`: check (and with --repair fix) a data directory; exit codes in FSCK_EXIT. */
@@ -432,7 +437,103 @@ function defaultNodeName(): string {
   return os.hostname().split('.')[0].replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64) || 'node';
 }
 
-async function unmount(mountpoint: string): Promise<void> {
+/** How long `mount --background` waits for the mount to answer (a large arena takes a while to fill). */
+const BACKGROUND_START_TIMEOUT_MS = 600_000;
+/** How long `cascade mounts` and `cascade unmount` wait for a mount's stats.json (a hung daemon never answers). */
+const STATS_READ_TIMEOUT_MS = 2_000;
+
+/** The default log of a background mount: one file per mountpoint, in the temp directory. */
+function backgroundLogFile(mnt: string): string {
+  return path.join(os.tmpdir(), `cascade-mount${mnt.replace(/[^A-Za-z0-9_.-]/g, '_')}.log`);
+}
+
+/**
+ * `mount --background`: the same command, without --background, in a new session with its output in a
+ * log file; returns once the mount answers (exit 0), or with the daemon's reason when it could not
+ * (exit 1). What a batch job wants: `srun --ntasks-per-node=1 cascade mount -d ...`, then the job.
+ */
+async function mountInBackground(args: MountArgs): Promise<void> {
+  const { resolveMountpoint } = await import('./mounts');
+  const mnt = resolveMountpoint(args.mountpoint, false);
+  const logFile = path.resolve(args.logFile ?? backgroundLogFile(mnt));
+  const argv = process.argv.slice(2).filter((a) => a !== '-d' && a !== '--background' && a !== '--background=true');
+  const out = fs.openSync(logFile, 'a', 0o600);
+  const { spawn } = await import('node:child_process');
+  const child = spawn(process.execPath, [...process.execArgv, __filename, ...argv], { detached: true, stdio: ['ignore', out, out] });
+  fs.closeSync(out);
+  const started = Date.now();
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  let code: number | null | undefined;
+  void exited.then((c) => (code = c));
+  const tail = () => {
+    const text = fs.existsSync(logFile) ? fs.readFileSync(logFile, 'utf8') : '';
+    return text.split('\n').slice(-12).join('\n').trim();
+  };
+  let said = 0;
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 100));
+    if (code !== undefined) throw new CascadeError('EIO', `the mount failed (daemon exited ${code}); its log, ${logFile}:\n${tail()}`);
+    const log = fs.readFileSync(logFile, 'utf8');
+    const { mountEntry } = await import('./mounts');
+    if (log.includes(`cascade: mounted ${resolveMountpoint(args.mountpoint)}`) && mountEntry(resolveMountpoint(args.mountpoint))) break;
+    const waitedS = Math.floor((Date.now() - started) / 1000);
+    if (waitedS >= 10 && waitedS >= said + 10) {
+      said = waitedS;
+      process.stderr.write(`cascade: still starting after ${waitedS} s (filling DRAM?); log: ${logFile}\n`);
+    }
+    if (Date.now() - started > BACKGROUND_START_TIMEOUT_MS) {
+      throw new CascadeError('EIO', `the mount did not come up within ${BACKGROUND_START_TIMEOUT_MS / 1000} s (daemon pid ${child.pid} still running); its log, ${logFile}:\n${tail()}`);
+    }
+  }
+  child.unref();
+  process.stdout.write(`cascade: mounted ${resolveMountpoint(args.mountpoint)} in the background (daemon pid ${child.pid}, log ${logFile}); stop it with: cascade unmount ${args.mountpoint}\n`);
+}
+
+/** A mount's stats.json read by a child with a timeout (a read from a hung FUSE daemon blocks forever). */
+async function readMountStats(mnt: string): Promise<Record<string, unknown> | undefined> {
+  const { spawnSync } = await import('node:child_process');
+  const r = spawnSync('cat', [path.join(mnt, '.cascade', 'stats.json')], { encoding: 'utf8', timeout: STATS_READ_TIMEOUT_MS, killSignal: 'SIGKILL' });
+  if (r.status !== 0) return undefined;
+  try {
+    return JSON.parse(r.stdout) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
+}
+
+/** `cascade mounts`: the Cascade mounts of this host, their daemons and their DRAM. */
+async function listMounts(args: { json: boolean }): Promise<void> {
+  const { readMountTable } = await import('./mounts');
+  const rows: Array<{ mountpoint: string; answering: boolean; pid?: number; dataDir?: string; mountedAtMs?: number; engine?: string; dram?: { usedBytes: number; capacityBytes: number } }> = [];
+  for (const e of readMountTable().filter((m) => m.fsType === 'fuse.cascade')) {
+    const s = await readMountStats(e.target);
+    const d = s?.daemon as { pid?: number; dataDir?: string; mountedAtMs?: number } | undefined;
+    const dram = (s?.tiers as Array<{ name: string; usedBytes: number; capacityBytes: number }> | undefined)?.find((t) => t.name === 'dram');
+    rows.push({
+      mountpoint: e.target,
+      answering: s !== undefined,
+      pid: d?.pid,
+      dataDir: d?.dataDir,
+      mountedAtMs: d?.mountedAtMs,
+      engine: (s?.engine as { name?: string } | undefined)?.name,
+      dram: dram && { usedBytes: dram.usedBytes, capacityBytes: dram.capacityBytes },
+    });
+  }
+  print(args, rows, () =>
+    rows.length === 0
+      ? 'no Cascade mounts on this host'
+      : rows
+          .map((r) =>
+            r.answering
+              ? `${r.mountpoint}: daemon pid ${r.pid ?? '?'}, engine ${r.engine ?? '?'}, data ${r.dataDir ?? '?'}, since ${r.mountedAtMs ? new Date(r.mountedAtMs).toISOString() : '?'}` +
+                (r.dram ? `, DRAM ${formatBytes(r.dram.usedBytes)} of ${formatBytes(r.dram.capacityBytes)}` : '')
+              : `${r.mountpoint}: NOT ANSWERING (its daemon is gone or hung: cascade unmount ${r.mountpoint})`,
+          )
+          .join('\n'),
+  );
+}
+
+async function unmount(mountpoint: string, wait = true): Promise<void> {
   const { fusermountUnmount, mountEntry, resolveMountpoint } = await import('./fuse-engine');
   // The parent-only form first: stat of the mountpoint itself would hang if its daemon hangs.
   let mnt = resolveMountpoint(mountpoint, false);
@@ -443,8 +544,23 @@ async function unmount(mountpoint: string): Promise<void> {
   }
   if (!entry) throw new CascadeError('EINVAL', `${mnt} is not mounted`);
   if (entry.fsType !== 'fuse.cascade') throw new CascadeError('EINVAL', `${mnt} is a ${entry.fsType} mount, not a Cascade (FUSE) mount`);
+  const pid = wait ? ((await readMountStats(mnt))?.daemon as { pid?: number } | undefined)?.pid : undefined;
   await fusermountUnmount(mnt);
-  process.stderr.write(`cascade: unmounted ${mnt}; its daemon persists its data and exits\n`);
+  if (pid === undefined || !Number.isSafeInteger(pid)) {
+    process.stderr.write(`cascade: unmounted ${mnt}; its daemon persists its data and exits\n`);
+    return;
+  }
+  // The daemon persists what it holds, then exits: return once it has (what a job script needs).
+  const started = Date.now();
+  let said = false;
+  while (fs.existsSync(`/proc/${pid}`)) {
+    if (!said && Date.now() - started > 2_000) {
+      said = true;
+      process.stderr.write(`cascade: waiting for daemon pid ${pid} to persist its data...\n`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  process.stderr.write(`cascade: unmounted ${mnt}; its daemon (pid ${pid}) persisted its data and exited\n`);
 }
 
 // ---- commands on a mounted Cascade (mount/client.ts) ----
@@ -561,6 +677,8 @@ export function buildCli(argv: string[]) {
       (y) =>
         y
           .positional('mountpoint', { type: 'string', demandOption: true, describe: 'an empty directory (created if missing; a stale mount there is cleared)' })
+          .option('background', { alias: 'd', type: 'boolean', default: false, describe: 'run the daemon in the background: return once the mount answers (exit 0), or exit 1 with its reason' })
+          .option('log-file', { type: 'string', describe: `with --background: where the daemon's log goes (default ${path.join(os.tmpdir(), 'cascade-mount<mountpoint>.log')})` })
           .option('dram', { type: 'string', describe: `DRAM tier size, e.g. 512M, 8G (default ${formatSizeArg(defaultDramBytes())}: a quarter of memory, at most 8 GiB)` })
           .option('disk', { type: 'string', describe: 'bound on the disk tier, e.g. 500G: past it writes fail with ENOSPC at close (default: the filesystem of --data)' })
           .option('pin-quota', { type: 'string', describe: 'sum of pinned (prefix) block sizes allowed, e.g. 2G (default: half of --dram)' })
@@ -619,9 +737,18 @@ export function buildCli(argv: string[]) {
     )
     .command(
       'unmount <mountpoint>',
-      'unmount a Cascade mount (lazily: open files keep working until closed); the daemon then persists its data and exits',
-      (y) => y.positional('mountpoint', { type: 'string', demandOption: true }),
-      (a) => unmount(a.mountpoint),
+      'unmount a Cascade mount (lazily: open files keep working until closed); returns once its daemon has persisted its data and exited',
+      (y) =>
+        y
+          .positional('mountpoint', { type: 'string', demandOption: true })
+          .option('wait', { type: 'boolean', default: true, describe: 'return once the daemon has persisted its data and exited (--no-wait: at once)' }),
+      (a) => unmount(a.mountpoint, a.wait),
+    )
+    .command(
+      'mounts',
+      'list the Cascade mounts of this host: mountpoint, daemon pid, data directory, DRAM in use (and mounts whose daemon no longer answers)',
+      (y) => y,
+      (a) => listMounts(a),
     )
     .command(
       'demo',

@@ -15,6 +15,7 @@ import { LocalServer } from './local-server';
 import { checkMountpoint, clearStaleMount, resolveMountpoint } from './mounts';
 import { formatBytes } from './size';
 import { MountMetrics } from './metrics';
+import { mkdirAll } from '../store/mkdir';
 
 export interface MountOptions {
   mountpoint: string;
@@ -85,7 +86,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
 
   try {
     await clearStaleMount(mnt, (m) => log(`cascade: ${m}`));
-    await fs.promises.mkdir(mnt, { recursive: true });
+    mkdirAll(mnt);
     // Everything that can fail cheaply fails before the store fills its DRAM (seconds, gigabytes).
     await preflight(mnt, opts);
     if (opts.metrics) {

@@ -39,6 +39,7 @@ import { ThresholdPromotion } from './policy/promotion';
 import { KeyedLock, SingleFlight } from './singleflight';
 import { isMappedTier, type Tier, type TierName, type TierStats } from './tier';
 import { DiskSegmentTier, DiskSyncError, readRecordAt, realDiskIo } from './tiers/disk';
+import { mkdirAll } from './mkdir';
 import { failpointsFromEnv, type FaultyDiskIo } from './faults';
 import { ShmArenaTier } from './tiers/dram';
 import { MemoryTier } from './tiers/memory';
@@ -443,7 +444,7 @@ export class Store {
     const diskDir = cluster ? path.join(cluster.sharedDir, 'nodes', cluster.node) : config.dataDir;
     // Blocks lie there in the clear, whatever their files' modes: only the daemon's user may enter
     // what Cascade creates (a directory that exists keeps its mode).
-    fs.mkdirSync(diskDir, { recursive: true, mode: 0o700 });
+    mkdirAll(diskDir, 0o700);
     const opened: { close(): Promise<void> }[] = [];
     let store: Store | undefined;
     try {

@@ -19,6 +19,7 @@ import { crc32 } from 'node:zlib';
 import { KiB } from '../constants';
 import { CascadeError } from '../errors';
 import { fsyncPath } from '../tiers/disk';
+import { mkdirAll } from '../mkdir';
 
 /** The directory of journal files inside a data directory. */
 export const JOURNAL_DIR_NAME = 'meta-journal';
@@ -80,7 +81,7 @@ export class JournalWriter {
   private bytes = 0;
 
   constructor(private readonly dir: string, firstSeq: number) {
-    fs.mkdirSync(dir, { recursive: true });
+    mkdirAll(dir);
     trimBeyond(dir, firstSeq);
     this.fd = this.create(firstSeq);
   }

@@ -28,6 +28,7 @@ import {
 import { assert, CascadeError } from '../errors';
 import type { Tier, TierEntry, TierStats } from '../tier';
 import { sha256Hex } from '../hash';
+import { mkdirAll } from '../mkdir';
 
 const RECORD_MAGIC = 0x31435343; // 'CSC1' little-endian
 const RECORD_FORMAT = 1;
@@ -527,7 +528,7 @@ export class DiskSegmentTier implements Tier {
   }
 
   private async recover(): Promise<void> {
-    fs.mkdirSync(this.segDir, { recursive: true });
+    mkdirAll(this.segDir);
     const ids = fs
       .readdirSync(this.segDir)
       .map((f) => SEGMENT_RE.exec(f))
