@@ -50,6 +50,30 @@ interface DualArgs extends CommonArgs {
 /** A mistake in how the command was called: exit 2, like the usage errors yargs itself finds. */
 class UsageError extends Error {}
 
+/** A size flag's value (`--dram 8G`): a bad one is a usage error (exit 2) that names the flag. */
+function sizeArg(text: string, flag: string): number {
+  try {
+    return parseSize(text);
+  } catch (e) {
+    throw new UsageError(`--${flag}: ${(e as Error).message.replace(/^EINVAL: /, '')}`);
+  }
+}
+
+/** A flag's value checked by `parse`: its EINVAL becomes a usage error (exit 2). */
+function usageArg<T>(parse: () => T): T {
+  try {
+    return parse();
+  } catch (e) {
+    if (isCascadeError(e, 'EINVAL')) throw new UsageError(e.message.replace(/^EINVAL: /, ''));
+    throw e;
+  }
+}
+
+/** How a number flag's value is shown in an error (yargs turns `abc` into NaN). */
+function shown(n: number): string {
+  return Number.isNaN(n) ? 'something that is not a number' : String(n);
+}
+
 /** A command's own exit code when it is not 0 and not an error (fsck's codes). */
 let commandExitCode = 0;
 
@@ -78,7 +102,7 @@ const DIRECT_DRAM_BYTES = 256 * MiB;
 async function withStore<R>(args: CommonArgs, fn: (store: Store) => Promise<R>, extra: Partial<StoreConfig> = {}): Promise<R> {
   const store = await Store.open({
     dataDir: args.data ?? defaultDataDir(),
-    dramCapacityBytes: args.dram === undefined ? DIRECT_DRAM_BYTES : parseSize(args.dram),
+    dramCapacityBytes: args.dram === undefined ? DIRECT_DRAM_BYTES : sizeArg(args.dram, 'dram'),
     prefault: false,
     loadPins: false,
     // One operation per open: the journal has it; a snapshot per command would copy the whole database.
@@ -126,7 +150,7 @@ function selector(argv: { version?: number; at?: number }) {
 /** A short tour of the store: KV blocks, a shared system prompt deduplicated, a pin, versions, stats. */
 async function demo(args: CommonArgs & { blocks: number; blockSize: string; keep: boolean }): Promise<void> {
   const dataDir = args.keep ? (args.data ?? defaultDataDir()) : fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-demo-'));
-  const blockBytes = parseSize(args.blockSize);
+  const blockBytes = sizeArg(args.blockSize, 'block-size');
   const log = (line: string) => process.stderr.write(`${line}\n`);
   log(`cascade demo: data directory ${dataDir}${args.keep ? '' : ' (temporary)'}, DRAM ${args.dram}`);
   try {
@@ -283,7 +307,7 @@ export function parseWatermarks(text: string): { low: number; high: number } {
 async function mount(args: MountArgs): Promise<void> {
   if (mountConfigError !== undefined) throw mountConfigError;
   if (args.keepVersions !== undefined && !(Number.isInteger(args.keepVersions) && args.keepVersions >= 1)) {
-    throw new CascadeError('EINVAL', `--keep-versions must be a whole number >= 1, not ${args.keepVersions}`);
+    throw new UsageError(`--keep-versions must be a whole number >= 1, not ${shown(args.keepVersions)}`);
   }
   if (!(ENGINES as readonly string[]).includes(args.engine)) {
     throw new CascadeError('EINVAL', `--engine must be one of ${ENGINES.join(', ')}, not ${JSON.stringify(args.engine)}`);
@@ -292,7 +316,7 @@ async function mount(args: MountArgs): Promise<void> {
     throw new CascadeError('EINVAL', '--node, --shared, --fabric, --fabric-addr and --remote-promote-after belong to a cluster: give --cluster redis://HOST:PORT too');
   }
   if (args.remotePromoteAfter !== undefined && !(Number.isInteger(args.remotePromoteAfter) && args.remotePromoteAfter >= 1 && args.remotePromoteAfter <= 1_000_000)) {
-    throw new CascadeError('EINVAL', `--remote-promote-after must be a whole number in 1..1000000, not ${args.remotePromoteAfter}`);
+    throw new UsageError(`--remote-promote-after must be a whole number in 1..1000000, not ${shown(args.remotePromoteAfter)}`);
   }
   if (args.fabric !== undefined && !/^[A-Za-z0-9_;.-]{1,64}$/.test(args.fabric)) {
     throw new CascadeError('EINVAL', `--fabric must be "off" or a libfabric provider such as "tcp;ofi_rxm", "cxi", "verbs;ofi_rxm", not ${JSON.stringify(args.fabric)}`);
@@ -315,12 +339,12 @@ async function mount(args: MountArgs): Promise<void> {
   const options = {
     mountpoint: args.mountpoint,
     dataDir: path.resolve(args.data ?? defaultDataDir()),
-    dramBytes: args.dram === undefined ? defaultDramBytes() : parseSize(args.dram),
-    pinQuotaBytes: args.pinQuota === undefined ? undefined : parseSize(args.pinQuota),
-    dramWatermarks: args.dramWatermarks === undefined ? undefined : parseWatermarks(args.dramWatermarks),
-    diskBytes: args.disk === undefined ? undefined : parseSize(args.disk),
-    gpu: args.gpu === undefined ? undefined : { capacityBytes: parseSize(args.gpu), device: args.gpuDevice ?? 0 },
-    metrics: args.metrics === undefined ? undefined : parseListen(args.metrics),
+    dramBytes: args.dram === undefined ? defaultDramBytes() : sizeArg(args.dram, 'dram'),
+    pinQuotaBytes: args.pinQuota === undefined ? undefined : sizeArg(args.pinQuota, 'pin-quota'),
+    dramWatermarks: args.dramWatermarks === undefined ? undefined : usageArg(() => parseWatermarks(args.dramWatermarks!)),
+    diskBytes: args.disk === undefined ? undefined : sizeArg(args.disk, 'disk'),
+    gpu: args.gpu === undefined ? undefined : { capacityBytes: sizeArg(args.gpu, 'gpu'), device: args.gpuDevice ?? 0 },
+    metrics: args.metrics === undefined ? undefined : usageArg(() => parseListen(args.metrics!)),
     keepVersions: args.keepVersions,
     kernelCache: args.kernelCache,
     debug: args.debug,
@@ -429,6 +453,14 @@ async function clusterStatus(args: { cluster: string; json: boolean }): Promise<
     });
   } finally {
     await meta.close();
+  }
+}
+
+function packageVersion(): string {
+  try {
+    return (JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
   }
 }
 
@@ -914,6 +946,11 @@ export function buildCli(argv: string[]) {
 }
 
 export async function main(argv: string[]): Promise<number> {
+  // `--version` of a command selects a block version; alone it is the package's version.
+  if (argv.length === 1 && (argv[0] === '--version' || argv[0] === '-V')) {
+    process.stdout.write(`cascade ${packageVersion()}\n`);
+    return 0;
+  }
   try {
     commandExitCode = 0;
     await buildCli(argv).parseAsync();

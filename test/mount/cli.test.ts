@@ -115,7 +115,15 @@ describe('cascade CLI (direct data-directory access)', function () {
     assert.equal(missing.code, 1);
     assert.match(missing.stderr, /ENOENT/);
     assert.equal(cascade(['put', 'llama/x', '/nonexistent/file', ...common]).code, 1);
-    assert.equal(cascade(['get', 'llama/a/b', '--data', dir, '--dram', 'lots']).code, 1);
+    const badSize = cascade(['get', 'llama/a/b', '--data', dir, '--dram', 'lots']);
+    assert.equal(badSize.code, 2, 'a bad flag value is a usage error');
+    assert.match(badSize.stderr, /--dram: bad size "lots"/);
+    const nan = cascade(['mount', path.join(dir, 'mnt'), '--keep-versions', 'abc']);
+    assert.equal(nan.code, 2);
+    assert.match(nan.stderr, /--keep-versions must be a whole number >= 1, not something that is not a number/);
+    const version = cascade(['--version']);
+    assert.equal(version.code, 0);
+    assert.match(version.stdout.toString(), /^cascade \d+\.\d+\.\d+\n$/);
     const usage = cascade(['frobnicate']);
     assert.equal(usage.code, 2);
     assert.match(usage.stderr, /--help/);
