@@ -4,6 +4,7 @@
  * down in order: unmount, close the filesystem, close the store (a clean close persists everything).
  */
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import type * as net from 'node:net';
 import type { CascadeFsOps } from '../fs/types';
 import { Store, type StoreConfig } from '../store/store';
@@ -83,6 +84,10 @@ export async function runMount(opts: MountOptions): Promise<void> {
   if (opts.stop?.aborted) onAbort();
   let poll: NodeJS.Timeout | undefined;
   let metrics: MountMetrics | undefined;
+  // A mount that fails takes back the directories it created (the data directory only if it made it:
+  // nothing of the user's can be in it then).
+  const created = { mnt: !fs.existsSync(mnt), data: !opts.cluster && !fs.existsSync(opts.dataDir) };
+  let mountedOnce = false;
 
   try {
     await clearStaleMount(mnt, (m) => log(`cascade: ${m}`));
@@ -118,6 +123,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
           const where = opts.cluster
             ? `cluster ${opts.cluster.url}, node ${opts.cluster.node}, shared tier ${opts.cluster.sharedDir}`
             : `data ${opts.dataDir}`;
+          mountedOnce = true;
           log(`cascade: mounted ${mnt} (engine ${mounted.description}, ${where}, DRAM ${formatBytes(opts.dramBytes)}${store.gpu ? `, GPU ${formatBytes(store.gpu.capacityBytes)} on ${store.gpu.device.describe().name}` : ''})`);
           const live = engine;
           poll = setInterval(() => {
@@ -140,6 +146,12 @@ export async function runMount(opts: MountOptions): Promise<void> {
       await store.close();
     }
     log(`cascade: unmounted ${mnt}; data persisted in ${opts.cluster ? `${opts.cluster.sharedDir}/nodes/${opts.cluster.node}` : opts.dataDir}`);
+  } catch (e) {
+    if (!mountedOnce) {
+      if (created.mnt) await fs.promises.rmdir(mnt).catch(() => undefined); // only if still empty
+      if (created.data) fs.rmSync(opts.dataDir, { recursive: true, force: true });
+    }
+    throw e;
   } finally {
     await metrics?.close();
     for (const s of STOP_SIGNALS) process.off(s, onSignal);
@@ -225,6 +237,16 @@ async function preflight(mnt: string, opts: MountOptions): Promise<void> {
     } catch {
       throw new CascadeError('EACCES', '/dev/fuse is not open to this user (ask the administrator for mode 0666, as Debian sets it, or mount as root)');
     }
+  }
+  // An arena larger than memory would be killed while it is filled (OOM, or SIGBUS when /dev/shm is full).
+  const memoryBytes = Math.min(os.totalmem(), process.constrainedMemory?.() || Infinity);
+  const shm = fs.existsSync('/dev/shm') ? fs.statfsSync('/dev/shm') : undefined;
+  const shmFreeBytes = shm ? shm.bavail * shm.bsize : Infinity;
+  if (opts.dramBytes > memoryBytes || opts.dramBytes > shmFreeBytes) {
+    throw new CascadeError(
+      'EINVAL',
+      `--dram ${formatBytes(opts.dramBytes)} is more than this machine can hold (memory ${formatBytes(memoryBytes)}${shm ? `, free in /dev/shm ${formatBytes(shmFreeBytes)}` : ''}): give a smaller --dram`,
+    );
   }
   if (opts.engine === 'native') {
     const { NativeFuseEngine } = await import('./native-engine');

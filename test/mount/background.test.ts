@@ -70,6 +70,15 @@ describe('background mounts: mount -d, mounts, unmount that waits', function () 
     assert.equal(isMounted(mnt), false);
   });
 
+  it('a failed mount leaves nothing behind: the mountpoint and data directory it created are gone; a DRAM larger than memory fails at once', function () {
+    const data = path.join(root, 'fresh', 'data');
+    const m = cascade(['mount', mnt, '--data', data, '--dram', '64T'], 20_000);
+    assert.equal(m.code, 1, m.stderr);
+    assert.match(m.stderr, /--dram 64\.0 TiB is more than this machine can hold/);
+    assert.equal(fs.existsSync(mnt), false, 'the mountpoint it created is removed');
+    assert.equal(fs.existsSync(data), false, 'no data directory was left');
+  });
+
   it('a mountpoint the kernel will not create (/proc/...) fails at once, in the foreground and in the background', function () {
     for (const extra of [[], ['-d', '--log-file', path.join(root, 'log2')]]) {
       const m = cascade(['mount', `/proc/cascade-test-${process.pid}`, '--data', path.join(root, 'data'), '--dram', '64M', ...extra], 20_000);
