@@ -17,7 +17,7 @@ const CANDIDATES = [
 ];
 
 const REQUIRED_MEMBERS: ReadonlyArray<keyof NativeBinding> = [
-  'abiVersion', 'features', 'Arena', 'Hasher', 'Mapping', 'MetaTable', 'GpuPool', 'gpuProbe', 'FuseSession', 'sha256', 'sha256Sync', 'copyAsync',
+  'abiVersion', 'features', 'Arena', 'Hasher', 'Mapping', 'MetaTable', 'GpuPool', 'gpuProbe', 'getxattr', 'setxattr', 'listxattr', 'FuseSession', 'sha256', 'sha256Sync', 'copyAsync',
   'pread', 'pwrite', 'fdatasync', 'fadvise', 'openFile', 'alignedBuffer', 'allocBuffer', 'peerCredentials',
 ];
 

@@ -359,6 +359,12 @@ export interface NativeBinding {
     holdTimeoutMs: number,
   ) => NativeFabricBinding;
   MetaTable: new (nodesMax: number, attrsMax: number) => NativeMetaTableBinding;
+  /** getxattr(2) by path; throws an Error whose `code` is the errno's name (ENODATA, ENOENT, ENOTCONN...). */
+  getxattr(path: string, name: string): Buffer;
+  /** setxattr(2) by path (flags 0); errors as getxattr. */
+  setxattr(path: string, name: string, value: Uint8Array): void;
+  /** listxattr(2) by path; errors as getxattr. */
+  listxattr(path: string): string[];
   /** Loads libcuda.so.1 on first call and lists its devices; never throws. */
   gpuProbe(): NativeGpuProbe;
   /** A pool of `capacityBytes` on `device`; EINVAL/ENOSPC/EIO with the driver's reason. */
@@ -390,4 +396,4 @@ export interface NativeBinding {
 }
 
 /** The ABI this TypeScript expects; a binding built from other sources is refused at load. */
-export const NATIVE_ABI_VERSION = 5;
+export const NATIVE_ABI_VERSION = 6;

@@ -118,7 +118,7 @@ void InitMapping(Napi::Env env, Napi::Object exports) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("abiVersion", Napi::Number::New(env, 5));  // 5: GpuPool, gpuProbe
+  exports.Set("abiVersion", Napi::Number::New(env, 6));  // 6: getxattr, setxattr, listxattr
   exports.Set("features", Features(env));
   InitArena(env, exports);
   InitHashIo(env, exports);
@@ -127,6 +127,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitEngine(env, exports);
   InitFabric(env, exports);
   InitGpu(env, exports);
+  InitXattr(env, exports);
   return exports;
 }
 

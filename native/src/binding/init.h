@@ -25,4 +25,5 @@ void InitHashIo(Napi::Env env, Napi::Object exports);
 void InitMapping(Napi::Env env, Napi::Object exports);
 void InitEngine(Napi::Env env, Napi::Object exports);
 void InitGpu(Napi::Env env, Napi::Object exports);
+void InitXattr(Napi::Env env, Napi::Object exports);
 }  // namespace cascade
