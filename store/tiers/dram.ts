@@ -146,24 +146,8 @@ export class ExtentAllocator {
     assert(Number.isSafeInteger(pageCount) && pageCount >= 0, 'page count is a non-negative integer');
     if (pageCount === 0) return [];
     if (pageCount > this.freePageCount) return undefined;
-
-    let best = -1;
-    for (let i = 0; i < this.free.length; i++) {
-      const count = this.free[i].pageCount;
-      if (count >= pageCount && (best < 0 || count < this.free[best].pageCount)) {
-        best = i;
-        if (count === pageCount) break;
-      }
-    }
-    if (best >= 0) {
-      const extent = this.free[best];
-      const taken = { startPage: extent.startPage, pageCount };
-      extent.startPage += pageCount;
-      extent.pageCount -= pageCount;
-      if (extent.pageCount === 0) this.free.splice(best, 1);
-      this.freePageCount -= pageCount;
-      return [taken];
-    }
+    const one = this.allocateContiguous(pageCount);
+    if (one) return [one];
 
     const largestFirst = [...this.free].sort((a, b) => b.pageCount - a.pageCount || a.startPage - b.startPage);
     const taken: Extent[] = [];
@@ -189,6 +173,7 @@ export class ExtentAllocator {
    */
   allocateContiguous(pageCount: number): Extent | undefined {
     assert(Number.isSafeInteger(pageCount) && pageCount >= 1, 'page count is a positive integer');
+    // Best fit: keeps large runs for large blocks.
     let best = -1;
     for (let i = 0; i < this.free.length; i++) {
       const count = this.free[i].pageCount;

@@ -320,81 +320,78 @@ Status GpuPool::MakeCurrent(std::string* error) const {
   return Status::kOk;
 }
 
-Status GpuPool::Write(uint64_t offsetBytes, const uint8_t* source, uint64_t lengthBytes, std::string* error) {
+// What Write and Read share: the range check, the lane's lock, the context, and after the copy loop
+// (which returns the first failing call's result) the stream's sync and the accounting.
+template <typename Loop>
+Status GpuPool::Copy(Lane& lane, uint64_t offsetBytes, uint64_t lengthBytes, const char* what, std::string* error, Loop loop) {
   if (offsetBytes > capacityBytes_ || lengthBytes > capacityBytes_ - offsetBytes) {
-    *error = "write lies outside the GPU pool";
+    *error = std::string(what) + " lies outside the GPU pool";
     return Status::kRange;
   }
   if (lengthBytes == 0) return Status::kOk;
   const Driver& d = TheDriver().d;
-  Lane& lane = *toDevice_;
   std::lock_guard<std::mutex> g(lane.mu);
   if (Status s = MakeCurrent(error); s != Status::kOk) return s;
-  // Double buffering: while chunk i is copied host -> staging, chunk i-1 travels staging -> device.
-  CUresult r = kCudaSuccess;
-  uint64_t done = 0;
-  bool used[2] = {false, false};
-  for (uint64_t i = 0; done < lengthBytes; i++) {
-    const int b = static_cast<int>(i & 1);
-    const uint64_t n = std::min<uint64_t>(stagingBytes_, lengthBytes - done);
-    if (used[b] && (r = d.cuEventSynchronize(lane.done[b])) != kCudaSuccess) break;  // buffer free again
-    memcpy(lane.staging[b], source + done, n);
-    if ((r = d.cuMemcpyHtoDAsync(base_ + offsetBytes + done, lane.staging[b], n, lane.stream)) != kCudaSuccess) break;
-    if ((r = d.cuEventRecord(lane.done[b], lane.stream)) != kCudaSuccess) break;
-    used[b] = true;
-    done += n;
-  }
+  CUresult r = loop(d);
   const CUresult rs = d.cuStreamSynchronize(lane.stream);
   if (r == kCudaSuccess) r = rs;
   if (r != kCudaSuccess) {
-    *error = Describe(d, r, "copy to the GPU");
+    *error = Describe(d, r, what);
     return Status::kIo;
   }
   lane.bytes += lengthBytes;
   return Status::kOk;
 }
 
-Status GpuPool::Read(uint64_t offsetBytes, uint8_t* target, uint64_t lengthBytes, std::string* error) {
-  if (offsetBytes > capacityBytes_ || lengthBytes > capacityBytes_ - offsetBytes) {
-    *error = "read lies outside the GPU pool";
-    return Status::kRange;
-  }
-  if (lengthBytes == 0) return Status::kOk;
-  const Driver& d = TheDriver().d;
-  Lane& lane = *fromDevice_;
-  std::lock_guard<std::mutex> g(lane.mu);
-  if (Status s = MakeCurrent(error); s != Status::kOk) return s;
-  // Double buffering: while chunk i travels device -> staging, chunk i-1 is copied staging -> target.
-  CUresult r = kCudaSuccess;
-  uint64_t issued = 0;
-  uint64_t pendingOffset = 0, pendingBytes = 0;
-  int pendingBuffer = -1;
-  for (uint64_t i = 0; issued < lengthBytes || pendingBuffer >= 0; i++) {
-    int b = -1;
-    uint64_t n = 0;
-    if (issued < lengthBytes) {
-      b = static_cast<int>(i & 1);
-      n = std::min<uint64_t>(stagingBytes_, lengthBytes - issued);
-      if ((r = d.cuMemcpyDtoHAsync(lane.staging[b], base_ + offsetBytes + issued, n, lane.stream)) != kCudaSuccess) break;
+Status GpuPool::Write(uint64_t offsetBytes, const uint8_t* source, uint64_t lengthBytes, std::string* error) {
+  Lane& lane = *toDevice_;
+  return Copy(lane, offsetBytes, lengthBytes, "copy to the GPU", error, [&](const Driver& d) {
+    // Double buffering: while chunk i is copied host -> staging, chunk i-1 travels staging -> device.
+    CUresult r = kCudaSuccess;
+    uint64_t done = 0;
+    bool used[2] = {false, false};
+    for (uint64_t i = 0; done < lengthBytes; i++) {
+      const int b = static_cast<int>(i & 1);
+      const uint64_t n = std::min<uint64_t>(stagingBytes_, lengthBytes - done);
+      if (used[b] && (r = d.cuEventSynchronize(lane.done[b])) != kCudaSuccess) break;  // buffer free again
+      memcpy(lane.staging[b], source + done, n);
+      if ((r = d.cuMemcpyHtoDAsync(base_ + offsetBytes + done, lane.staging[b], n, lane.stream)) != kCudaSuccess) break;
       if ((r = d.cuEventRecord(lane.done[b], lane.stream)) != kCudaSuccess) break;
+      used[b] = true;
+      done += n;
     }
-    if (pendingBuffer >= 0) {
-      if ((r = d.cuEventSynchronize(lane.done[pendingBuffer])) != kCudaSuccess) break;
-      memcpy(target + pendingOffset, lane.staging[pendingBuffer], pendingBytes);
+    return r;
+  });
+}
+
+Status GpuPool::Read(uint64_t offsetBytes, uint8_t* target, uint64_t lengthBytes, std::string* error) {
+  Lane& lane = *fromDevice_;
+  return Copy(lane, offsetBytes, lengthBytes, "copy from the GPU", error, [&](const Driver& d) {
+    // Double buffering: while chunk i travels device -> staging, chunk i-1 is copied staging -> target.
+    CUresult r = kCudaSuccess;
+    uint64_t issued = 0;
+    uint64_t pendingOffset = 0, pendingBytes = 0;
+    int pendingBuffer = -1;
+    for (uint64_t i = 0; issued < lengthBytes || pendingBuffer >= 0; i++) {
+      int b = -1;
+      uint64_t n = 0;
+      if (issued < lengthBytes) {
+        b = static_cast<int>(i & 1);
+        n = std::min<uint64_t>(stagingBytes_, lengthBytes - issued);
+        if ((r = d.cuMemcpyDtoHAsync(lane.staging[b], base_ + offsetBytes + issued, n, lane.stream)) != kCudaSuccess) break;
+        if ((r = d.cuEventRecord(lane.done[b], lane.stream)) != kCudaSuccess) break;
+      }
+      if (pendingBuffer >= 0) {
+        if ((r = d.cuEventSynchronize(lane.done[pendingBuffer])) != kCudaSuccess) break;
+        memcpy(target + pendingOffset, lane.staging[pendingBuffer], pendingBytes);
+      }
+      pendingBuffer = b;
+      pendingOffset = issued;
+      pendingBytes = n;
+      issued += n;
     }
-    pendingBuffer = b;
-    pendingOffset = issued;
-    pendingBytes = n;
-    issued += n;
-  }
-  const CUresult rs = d.cuStreamSynchronize(lane.stream);
-  if (r == kCudaSuccess) r = rs;
-  if (r != kCudaSuccess) {
-    *error = Describe(d, r, "copy from the GPU");
-    return Status::kIo;
-  }
-  lane.bytes += lengthBytes;
-  return Status::kOk;
+    return r;
+  });
 }
 
 bool GpuPool::IpcHandle(uint8_t out[kGpuIpcHandleBytes], std::string* error) const {

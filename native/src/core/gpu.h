@@ -75,6 +75,9 @@ class GpuPool {
   struct Lane;
   GpuPool();
   Status MakeCurrent(std::string* error) const;
+  // Defined (and only instantiated) in gpu.cc.
+  template <typename Loop>
+  Status Copy(Lane& lane, uint64_t offsetBytes, uint64_t lengthBytes, const char* what, std::string* error, Loop loop);
 
   GpuDeviceInfo device_;
   uint64_t capacityBytes_ = 0;
