@@ -630,7 +630,13 @@ function pinInMount(a: DualArgs & { targets: string[] }, pinned: boolean): void 
 }
 
 function formatMountStats(mount: string, stats: MountStats): string {
-  const lines = [`mount ${mount}`, formatStats(stats)];
+  const d = stats.daemon;
+  const e = stats.engine;
+  const lines = [`mount ${mount}${d ? ` (daemon pid ${d.pid} on ${d.host}, data ${d.dataDir})` : ''}`, formatStats(stats)];
+  if (e?.name) {
+    const answered = [['lookups', e.servedLookups], ['getattrs', e.servedGetattrs], ['opens', e.servedOpens], ['reads', e.servedReads]].filter(([, n]) => typeof n === 'number');
+    lines.push(`engine ${e.name}${answered.length ? `: answered in C++ without JS: ${answered.map(([k, n]) => `${k} ${n}`).join(', ')}` : ''}`);
+  }
   if (stats.fs) lines.push(`open files ${stats.fs.openHandles}; being written ${stats.fs.stagingFiles} (${formatBytes(stats.fs.stagingBytes)})`);
   return lines.join('\n');
 }

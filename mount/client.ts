@@ -87,7 +87,13 @@ export interface PathVersion {
 }
 
 /** stats.json: the store's statistics plus the filesystem layer's own counters. */
-export type MountStats = StoreStats & { fs?: { openHandles: number; stagingFiles: number; stagingBytes: number } };
+export type MountStats = StoreStats & {
+  fs?: { openHandles: number; stagingFiles: number; stagingBytes: number };
+  /** Who serves the mount (absent from older daemons). */
+  daemon?: { pid: number; host: string; mountedAtMs: number; dataDir: string };
+  /** The FUSE engine's name and counters. */
+  engine?: { name?: string; servedLookups?: number; servedGetattrs?: number; servedOpens?: number; servedReads?: number; nativeOpens?: number };
+};
 
 export interface WarmupProgress {
   files: number;
