@@ -229,7 +229,7 @@ interface MountArgs extends CommonArgs {
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
 const MOUNT_CONFIG_KEYS = [
   'data', 'dram', 'dram-watermarks', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
-  'gpu', 'gpu-device', 'metrics',
+  'gpu', 'gpu-device', 'metrics', 'passthrough', 'debug',
 ] as const;
 
 /**
@@ -259,7 +259,7 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     if (key === 'gpu-device' && !(Number.isInteger(value) && (value as number) >= 0)) throw bad('a device number (0, 1, ...)');
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota' || key === 'gpu') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
-    if (key === 'kernel-cache' && typeof value !== 'boolean') throw bad('true or false');
+    if ((key === 'kernel-cache' || key === 'passthrough' || key === 'debug') && typeof value !== 'boolean') throw bad('true or false');
     if (key === 'engine' && !(ENGINES as readonly unknown[]).includes(value)) throw bad(ENGINES.join(', '));
     // A relative data directory means relative to the config file, not to wherever mount runs.
     const isDir = key === 'data' || key === 'shared';
@@ -766,7 +766,7 @@ export function buildCli(argv: string[]) {
             describe:
               'serve Prometheus metrics at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1; port 0 picks a free one, logged): tiers, hits, evictions, promotions, dedup, pins, queues, FUSE request latency by opcode, errors by errno, process figures (default: off)',
           })
-          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics); flags on the command line win', deferMountConfigErrors)
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, debug); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
           .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
           .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run')

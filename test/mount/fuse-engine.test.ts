@@ -745,11 +745,15 @@ describe('mount/cli: mount and unmount', function () {
       fs.writeFileSync(file, JSON.stringify({ data: 'store', dram: 1048576, pinQuota: '1M', 'keep-versions': 3, kernelCache: true }));
       assert.deepEqual(loadMountConfig(file), { data: path.join(cfgDir, 'store'), dram: '1048576', 'pin-quota': '1M', 'keep-versions': 3, 'kernel-cache': true });
       fs.writeFileSync(file, JSON.stringify({ dram: '1G', drm: '2G' }));
-      assert.throws(() => loadMountConfig(file), /unknown key "drm" \(known: data, dram, dram-watermarks, disk, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics\)/);
+      assert.throws(() => loadMountConfig(file), /unknown key "drm" \(known: data, dram, dram-watermarks, disk, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, debug\)/);
       fs.writeFileSync(file, JSON.stringify({ disk: '500G' }));
       assert.deepEqual(loadMountConfig(file), { disk: '500G' });
       fs.writeFileSync(file, JSON.stringify({ gpu: '16G', gpuDevice: 1 }));
       assert.deepEqual(loadMountConfig(file), { gpu: '16G', 'gpu-device': 1 });
+      fs.writeFileSync(file, JSON.stringify({ passthrough: true, debug: false }));
+      assert.deepEqual(loadMountConfig(file), { passthrough: true, debug: false });
+      fs.writeFileSync(file, JSON.stringify({ passthrough: 'yes' }));
+      assert.throws(() => loadMountConfig(file), /"passthrough" must be true or false/);
       fs.writeFileSync(file, JSON.stringify({ 'gpu-device': -1 }));
       assert.throws(() => loadMountConfig(file), /"gpu-device" must be a device number/);
       fs.writeFileSync(file, JSON.stringify({ disk: true }));
