@@ -627,6 +627,8 @@ function pinInMount(a: DualArgs & { targets: string[] }, pinned: boolean): void 
   // Resolve every argument first, so a typo fails the command before anything changed.
   const files = a.targets.map((t) => asMountFile(resolveTarget(t, a.mount)));
   for (const f of files) setPinned(f, pinned);
+  // Quiet on success, as chmod is; --json says what changed, for scripts.
+  if (a.json) print(a, files.map((f) => ({ path: f.path, pinned })), () => '');
 }
 
 function formatMountStats(mount: string, stats: MountStats): string {
@@ -877,7 +879,10 @@ export function buildCli(argv: string[]) {
       (a) =>
         a.data === undefined
           ? pinInMount(a as DualArgs & { targets: string[] }, true)
-          : withStore(a, async (store) => { for (const n of a.targets as string[]) await store.pin(n); }),
+          : withStore(a, async (store) => {
+              for (const n of a.targets as string[]) await store.pin(n);
+              if (a.json) print(a, (a.targets as string[]).map((name) => ({ name, pinned: true })), () => '');
+            }),
     )
     .command(
       'unpin <targets..>',
@@ -889,7 +894,10 @@ export function buildCli(argv: string[]) {
       (a) =>
         a.data === undefined
           ? pinInMount(a as DualArgs & { targets: string[] }, false)
-          : withStore(a, async (store) => { for (const n of a.targets as string[]) await store.unpin(n); }),
+          : withStore(a, async (store) => {
+              for (const n of a.targets as string[]) await store.unpin(n);
+              if (a.json) print(a, (a.targets as string[]).map((name) => ({ name, pinned: false })), () => '');
+            }),
     )
     .command(
       'stats [target]',
