@@ -33,6 +33,7 @@ import {
 } from './client';
 import { defaultDataDir, defaultDramBytes, ENGINES, type EngineChoice } from './defaults';
 import { formatBytes, parseSize } from './size';
+import { createDaemonLog, LOG_LEVELS, type LogLevel } from './log';
 
 interface CommonArgs {
   /** Undefined when not given: then stat, versions, pin, unpin and stats work on a mount. */
@@ -207,6 +208,8 @@ interface MountArgs extends CommonArgs {
   mountpoint: string;
   background: boolean;
   logFile?: string;
+  logLevel: string;
+  quiet: boolean;
   pinQuota?: string;
   disk?: string;
   keepVersions?: number;
@@ -229,7 +232,7 @@ interface MountArgs extends CommonArgs {
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
 const MOUNT_CONFIG_KEYS = [
   'data', 'dram', 'dram-watermarks', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
-  'gpu', 'gpu-device', 'metrics', 'passthrough', 'debug',
+  'gpu', 'gpu-device', 'metrics', 'passthrough', 'debug', 'log-level', 'log-file', 'quiet',
 ] as const;
 
 /**
@@ -259,10 +262,11 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     if (key === 'gpu-device' && !(Number.isInteger(value) && (value as number) >= 0)) throw bad('a device number (0, 1, ...)');
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota' || key === 'gpu') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
-    if ((key === 'kernel-cache' || key === 'passthrough' || key === 'debug') && typeof value !== 'boolean') throw bad('true or false');
+    if ((key === 'kernel-cache' || key === 'passthrough' || key === 'debug' || key === 'quiet') && typeof value !== 'boolean') throw bad('true or false');
+    if ((key === 'log-level' || key === 'log-file') && typeof value !== 'string') throw bad('a string');
     if (key === 'engine' && !(ENGINES as readonly unknown[]).includes(value)) throw bad(ENGINES.join(', '));
     // A relative data directory means relative to the config file, not to wherever mount runs.
-    const isDir = key === 'data' || key === 'shared';
+    const isDir = key === 'data' || key === 'shared' || key === 'log-file';
     const numeric = key === 'keep-versions' || key === 'remote-promote-after' || key === 'gpu-device';
     out[key] = isDir ? path.resolve(path.dirname(file), value as string) : typeof value === 'number' && !numeric ? String(value) : value;
   }
@@ -351,13 +355,19 @@ async function mount(args: MountArgs): Promise<void> {
     engine: args.engine as EngineChoice,
     passthrough: args.passthrough,
     cluster,
-    log: (line: string) => process.stderr.write(`${line}\n`),
   };
+  const level = args.quiet ? 'warn' : args.logLevel;
+  if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')}, not ${JSON.stringify(level)}`);
   // Every argument is checked by now: a mistake fails here, not in the background daemon's log.
   if (args.background) return mountInBackground(args);
-  // Loaded here, not at the top: only mount/unmount need fuse-native (and the system libfuse).
-  const { runMount } = await import('./main');
-  await runMount(options);
+  const daemonLog = createDaemonLog(level as LogLevel, args.logFile);
+  try {
+    // Loaded here, not at the top: only mount/unmount need fuse-native (and the system libfuse).
+    const { runMount } = await import('./main');
+    await runMount({ ...options, log: daemonLog.log });
+  } finally {
+    daemonLog.close();
+  }
 }
 
 /** `cascade fsck`: check (and with --repair fix) a data directory; exit codes in FSCK_EXIT. */
@@ -488,7 +498,18 @@ async function mountInBackground(args: MountArgs): Promise<void> {
   const { resolveMountpoint } = await import('./mounts');
   const mnt = resolveMountpoint(args.mountpoint, false);
   const logFile = path.resolve(args.logFile ?? backgroundLogFile(mnt));
-  const argv = process.argv.slice(2).filter((a) => a !== '-d' && a !== '--background' && a !== '--background=true');
+  // The same command in the foreground, writing to stderr, which is the log file.
+  const argv: string[] = [];
+  const given = process.argv.slice(2);
+  for (let i = 0; i < given.length; i++) {
+    const a = given[i];
+    if (a === '-d' || a === '--background' || a === '--background=true' || a.startsWith('--log-file=')) continue;
+    if (a === '--log-file') {
+      i++;
+      continue;
+    }
+    argv.push(a);
+  }
   const out = fs.openSync(logFile, 'a', 0o600);
   const { spawn } = await import('node:child_process');
   const child = spawn(process.execPath, [...process.execArgv, __filename, ...argv], { detached: true, stdio: ['ignore', out, out] });
@@ -505,9 +526,10 @@ async function mountInBackground(args: MountArgs): Promise<void> {
   for (;;) {
     await new Promise((r) => setTimeout(r, 100));
     if (code !== undefined) throw new CascadeError('EIO', `the mount failed (daemon exited ${code}); its log, ${logFile}:\n${tail()}`);
-    const log = fs.readFileSync(logFile, 'utf8');
+    // Up when the kernel lists the mount and it answers as this daemon (the log may be quieter than info).
     const { mountEntry } = await import('./mounts');
-    if (log.includes(`cascade: mounted ${resolveMountpoint(args.mountpoint)}`) && mountEntry(resolveMountpoint(args.mountpoint))) break;
+    const target = resolveMountpoint(args.mountpoint);
+    if (mountEntry(target) && ((await readMountStats(target))?.daemon as { pid?: number } | undefined)?.pid === child.pid) break;
     const waitedS = Math.floor((Date.now() - started) / 1000);
     if (waitedS >= 10 && waitedS >= said + 10) {
       said = waitedS;
@@ -718,7 +740,9 @@ export function buildCli(argv: string[]) {
         y
           .positional('mountpoint', { type: 'string', demandOption: true, describe: 'an empty directory (created if missing; a stale mount there is cleared)' })
           .option('background', { alias: 'd', type: 'boolean', default: false, describe: 'run the daemon in the background: return once the mount answers (exit 0), or exit 1 with its reason' })
-          .option('log-file', { type: 'string', describe: `with --background: where the daemon's log goes (default ${path.join(os.tmpdir(), 'cascade-mount<mountpoint>.log')})` })
+          .option('log-file', { type: 'string', describe: `append the daemon's log to this file instead of stderr (with --background, default ${path.join(os.tmpdir(), 'cascade-mount<mountpoint>.log')})` })
+          .option('log-level', { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'error: failures only; warn: also what an operator should know (failed flushes, fallbacks); info: also the mount\'s life (mounted, stopping). Nothing per request at any level' })
+          .option('quiet', { alias: 'q', type: 'boolean', default: false, describe: 'the same as --log-level warn' })
           .option('dram', { type: 'string', describe: `DRAM tier size, e.g. 512M, 8G (default ${formatSizeArg(defaultDramBytes())}: a quarter of memory, at most 8 GiB)` })
           .option('disk', { type: 'string', describe: 'bound on the disk tier, e.g. 500G: past it writes fail with ENOSPC at close (default: the filesystem of --data)' })
           .option('pin-quota', { type: 'string', describe: 'sum of pinned (prefix) block sizes allowed, e.g. 2G (default: half of --dram)' })
@@ -768,7 +792,7 @@ export function buildCli(argv: string[]) {
             describe:
               'serve Prometheus metrics at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1; port 0 picks a free one, logged): tiers, hits, evictions, promotions, dedup, pins, queues, FUSE request latency by opcode, errors by errno, process figures (default: off)',
           })
-          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, debug); flags on the command line win', deferMountConfigErrors)
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, debug, log-level, log-file, quiet); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
           .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
           .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run')

@@ -16,6 +16,7 @@ import { LocalServer } from './local-server';
 import { checkMountpoint, clearStaleMount, resolveMountpoint } from './mounts';
 import { formatBytes } from './size';
 import { MountMetrics } from './metrics';
+import type { LogLine } from './log';
 import { mkdirAll } from '../store/mkdir';
 
 export interface MountOptions {
@@ -44,7 +45,8 @@ export interface MountOptions {
    * Redis Cluster), this node's segments in `<shared>/nodes/<node>/` on the shared tier.
    */
   cluster?: { url: string; node: string; sharedDir: string; remote?: RemoteDramOptions | false };
-  log: (msg: string) => void;
+  /** Where the daemon's lines go; level info unless said (mount/log.ts). */
+  log: LogLine;
   /** Tests: stop without a signal. */
   stop?: AbortSignal;
   /** Tests: a filesystem instead of fs/cascade-fs over the store. */
@@ -108,7 +110,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
       diskCapacityBytes: opts.diskBytes,
       gpu: opts.gpu,
       keepVersions: opts.keepVersions,
-      log: (m) => log(`cascade: ${m}`),
+      log: (m) => log(`cascade: ${m}`, 'warn'),
       ...clusterConfig,
     });
     try {
@@ -169,7 +171,7 @@ async function openCluster(c: NonNullable<MountOptions['cluster']>): Promise<Pic
 /** The real filesystem layer, loaded on first use: tests inject their own and never load it. */
 async function defaultCreateFs(
   store: Store,
-  log: (msg: string) => void,
+  log: LogLine,
   clientInfo: () => object | undefined,
   engineInfo: () => object | undefined,
 ): Promise<CascadeFsOps> {
@@ -178,7 +180,7 @@ async function defaultCreateFs(
   return createCascadeFs(store, {
     uid: process.getuid?.() ?? 0,
     gid: process.getgid?.() ?? 0,
-    log: (m) => log(`cascade: ${m}`),
+    log: (m) => log(`cascade: ${m}`, 'warn'),
     clientInfo,
     engineInfo,
     sharedNamespace: store.clustered,
@@ -186,7 +188,7 @@ async function defaultCreateFs(
 }
 
 /** The same-node client service, where the DRAM tier is a shared mapping (the native arena). */
-async function startLocalServer(store: Store, fsOps: CascadeFsOps, log: (msg: string) => void): Promise<LocalServer | undefined> {
+async function startLocalServer(store: Store, fsOps: CascadeFsOps, log: LogLine): Promise<LocalServer | undefined> {
   const region = store.dramRegion();
   if (region === undefined || fsOps.holdForClient === undefined) {
     log('cascade: same-node client off (needs the native addon\'s DRAM arena)');
@@ -200,7 +202,7 @@ async function startLocalServer(store: Store, fsOps: CascadeFsOps, log: (msg: st
     peer: (socket) => native.peerCredentials(socketFd(socket)),
     uid: process.getuid?.() ?? 0,
     region,
-    log: (m) => log(`cascade: ${m}`),
+    log: (m) => log(`cascade: ${m}`, 'warn'),
   });
 }
 
@@ -257,6 +259,8 @@ async function preflight(mnt: string, opts: MountOptions): Promise<void> {
 
 async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts: MountOptions, metrics: MountMetrics | undefined): Promise<{ engine: MountedEngine; description: string }> {
   const log = (m: string) => opts.log(`cascade: ${m}`);
+  // What the engines say while they serve: problems (a lost request, a fallback, a stack).
+  const warn = (m: string) => opts.log(`cascade: ${m}`, 'warn');
   const choice = opts.engine ?? 'auto';
   if (choice !== 'fuse-native') {
     const { NativeFuseEngine } = await import('./native-engine');
@@ -272,7 +276,7 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
           maxBlockBytes: store.maxBlockBytes,
           passthrough: opts.passthrough,
           observe: metrics?.observe,
-          log,
+          log: warn,
         });
         const n = e.negotiated();
         if (opts.debug) log('--debug traces requests with the fuse-native engine only');
@@ -291,6 +295,6 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
   }
   if (opts.passthrough) log('--passthrough needs the native engine: ignored');
   const { FuseNativeEngine } = await import('./fuse-engine');
-  const e = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, observe: metrics?.observe, log });
+  const e = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, observe: metrics?.observe, log: warn });
   return { engine: e, description: 'fuse-native: libfuse 2, 128 KiB requests' };
 }

@@ -51,12 +51,16 @@ describe('background mounts: mount -d, mounts, unmount that waits', function () 
     assert.equal(u.code, 0, u.stderr);
     assert.equal(fs.existsSync(`/proc/${pid}`), false, 'the daemon had exited when unmount returned');
     assert.match(u.stderr, /persisted its data and exited/);
-    assert.match(fs.readFileSync(log, 'utf8'), /cascade: mounted/);
+    // Log lines: time, level, what; the mount's life at info.
+    assert.match(fs.readFileSync(log, 'utf8'), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO  cascade: mounted /m);
     // Persisted: a new mount of the same data directory has the file.
-    const again = cascade(['mount', mnt, '--data', path.join(root, 'data'), '--dram', '64M', '-d', '--log-file', log]);
+    // --quiet: the mount still comes up (mount -d does not need the log line), and logs no info.
+    const quietLog = path.join(root, 'quiet.log');
+    const again = cascade(['mount', mnt, '--data', path.join(root, 'data'), '--dram', '64M', '-d', '--quiet', '--log-file', quietLog]);
     assert.equal(again.code, 0, again.stderr);
     assert.equal(fs.readFileSync(path.join(mnt, 'kv', 'm', 'a'), 'utf8'), 'persisted');
     assert.equal(cascade(['unmount', mnt]).code, 0);
+    assert.doesNotMatch(fs.readFileSync(quietLog, 'utf8'), /INFO/);
   });
 
   it('mount -d that cannot mount exits 1 at once with the daemon\'s reason, and leaves no daemon', function () {
