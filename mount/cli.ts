@@ -642,7 +642,9 @@ function statInMount(a: DualArgs & { target: string; version?: number; at?: numb
 
 function versionsInMount(a: DualArgs & { target: string }): void {
   const vs = listVersions(asMountFile(resolveTarget(a.target, a.mount)));
-  print(a, vs, () => vs.map((v) => [v.version, formatTime(v.timeMs), v.sizeBytes, v.path, ...(v.current ? [`current sha256 ${v.sha256 ?? '?'}`] : [])].join('\t')).join('\n'));
+  print(a, vs, () =>
+    ['VERSION\tTIME\tBYTES\tPATH', ...vs.map((v) => [v.version, formatTime(v.timeMs), v.sizeBytes, v.path, ...(v.current ? [`current sha256 ${v.sha256 ?? '?'}`] : [])].join('\t'))].join('\n'),
+  );
 }
 
 function pinInMount(a: DualArgs & { targets: string[] }, pinned: boolean): void {
@@ -849,6 +851,8 @@ export function buildCli(argv: string[]) {
           .option('at', { type: 'number', describe: 'the version current at this time (unix ms)' }),
       (a) =>
         withStore(a, async (store) => {
+          // A KV block is binary: not onto a terminal (as gzip refuses); `> file`, `| cmd` or FILE.
+          if (!a.file && process.stdout.isTTY) throw new UsageError('refusing to write a binary block to a terminal: give FILE, or redirect standard output');
           const data = await store.get(a.name, selector(a));
           if (a.file) fs.writeFileSync(a.file, data);
           else await new Promise<void>((resolve, reject) => process.stdout.write(data, (e) => (e ? reject(e) : resolve())));
@@ -889,7 +893,7 @@ export function buildCli(argv: string[]) {
           ? versionsInMount(a)
           : withStore(a, async (store) => {
               const vs = await store.versions(a.target);
-              print(a, vs, () => vs.map((v) => `${v.version}\t${formatTime(v.timeMs)}\t${v.sha256}\t${v.sizeBytes}`).join('\n'));
+              print(a, vs, () => ['VERSION\tTIME\tSHA256\tBYTES', ...vs.map((v) => `${v.version}\t${formatTime(v.timeMs)}\t${v.sha256}\t${v.sizeBytes}`)].join('\n'));
             }),
     )
     .command(

@@ -235,8 +235,9 @@ describe('cascade CLI on a mount (real FUSE mount)', function () {
     assert.ok(vs[0].timeMs <= vs[1].timeMs);
     assert.equal(json<StatJson>(cascade(['stat', f, '--json'])).version, 2, 'stat shows the highest version');
     const text = cascade(['versions', f]).stdout.toString().trim().split('\n');
-    assert.equal(text.length, 2);
-    assert.match(text[1], /^2\t\S+Z\t14\t.*\/\.cascade\/versions\/kv\/llama\/v\.bin\/2\tcurrent sha256 [0-9a-f]{64}$/);
+    assert.equal(text.length, 3);
+    assert.equal(text[0], 'VERSION\tTIME\tBYTES\tPATH', 'a header');
+    assert.match(text[2], /^2\t\S+Z\t14\t.*\/\.cascade\/versions\/kv\/llama\/v\.bin\/2\tcurrent sha256 [0-9a-f]{64}$/);
   });
 
   it('stats --json parses with tiers, from --mount, a PATH, or the current directory', () => {
