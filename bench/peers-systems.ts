@@ -484,7 +484,8 @@ function logText(logFile: string): string {
 /** The engine the daemon says it mounted with: `cascade: mounted MNT (engine DESCRIPTION, data ...)`, the last one. */
 function mountedEngine(logFile: string): string | null {
   const text = logText(logFile);
-  const all = [...text.matchAll(/^cascade: mounted .* \(engine (.*), data /gm)];
+  // Log lines are `TIME LEVEL cascade: ...` (mount/log.ts).
+  const all = [...text.matchAll(/^(?:\S+ INFO +)?cascade: mounted .* \(engine (.*), data /gm)];
   return all.length > 0 ? all[all.length - 1][1] : null;
 }
 
