@@ -495,7 +495,7 @@ function backgroundLogFile(mnt: string): string {
  * (exit 1). What a batch job wants: `srun --ntasks-per-node=1 cascade mount -d ...`, then the job.
  */
 async function mountInBackground(args: MountArgs): Promise<void> {
-  const { resolveMountpoint } = await import('./mounts');
+  const { mountEntry, resolveMountpoint } = await import('./mounts');
   const mnt = resolveMountpoint(args.mountpoint, false);
   const logFile = path.resolve(args.logFile ?? backgroundLogFile(mnt));
   // The same command in the foreground, writing to stderr, which is the log file.
@@ -527,7 +527,6 @@ async function mountInBackground(args: MountArgs): Promise<void> {
     await new Promise((r) => setTimeout(r, 100));
     if (code !== undefined) throw new CascadeError('EIO', `the mount failed (daemon exited ${code}); its log, ${logFile}:\n${tail()}`);
     // Up when the kernel lists the mount and it answers as this daemon (the log may be quieter than info).
-    const { mountEntry } = await import('./mounts');
     const target = resolveMountpoint(args.mountpoint);
     if (mountEntry(target) && ((await readMountStats(target))?.daemon as { pid?: number } | undefined)?.pid === child.pid) break;
     const waitedS = Math.floor((Date.now() - started) / 1000);

@@ -144,7 +144,6 @@ export class FuseNativeEngine {
     let pending: Promise<T>;
     const observe = this.observe;
     const t0 = observe ? process.hrtime.bigint() : 0n;
-    const seconds = () => Number(process.hrtime.bigint() - t0) / 1e9;
     try {
       pending = work();
     } catch (e) {
@@ -154,12 +153,12 @@ export class FuseNativeEngine {
       .then(
         (v) => {
           ok(v);
-          observe?.(op.toUpperCase(), seconds(), 0);
+          observe?.(op.toUpperCase(), Number(process.hrtime.bigint() - t0) / 1e9, 0);
         },
         (e: unknown) => {
           const errno = toErrno(e, (msg) => this.log(`${op} ${subject}: ${msg}`));
           fail(errno);
-          observe?.(op.toUpperCase(), seconds(), errno);
+          observe?.(op.toUpperCase(), Number(process.hrtime.bigint() - t0) / 1e9, errno);
         },
       )
       .catch((e: unknown) => this.log(`${op} ${subject}: reply failed: ${e instanceof Error ? e.stack : String(e)}`));

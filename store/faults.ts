@@ -45,8 +45,8 @@ export function parseFailpoints(spec: string): FailRules {
   return rules;
 }
 
-/** mulberry32: small, seeded, repeatable. */
-function seeded(seed: number): () => number {
+/** mulberry32: a small seeded PRNG so that runs repeat. Returns floats in [0, 1). Tests use it too. */
+export function seededRandom(seed: number): () => number {
   let state = seed >>> 0;
   return () => {
     state = (state + 0x6d2b79f5) >>> 0;
@@ -67,7 +67,7 @@ export class FaultyDiskIo implements DiskIo {
     public rules: FailRules,
     seed = 1,
   ) {
-    this.random = seeded(seed);
+    this.random = seededRandom(seed);
   }
 
   read(fd: number, buf: Uint8Array, offset: number, length: number, position: number): Promise<number> {

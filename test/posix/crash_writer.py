@@ -19,6 +19,15 @@ def content(seed, step, size):
     return (block * (size // 32 + 1))[:size]
 
 
+def write_fsynced(path, data, flag):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | flag, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def say(line):
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -38,21 +47,11 @@ def main():
             sha = hashlib.sha256(data).hexdigest()
             if rng.random() < 0.6:
                 say("W %s %s" % (name, sha))
-                fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    os.write(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                write_fsynced(os.path.join(d, name), data, os.O_TRUNC)
                 say("A %s %s" % (name, sha))
             else:
                 tmp = "tmp-%d-%d" % (seed, step)
-                fd = os.open(os.path.join(d, tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                try:
-                    os.write(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                write_fsynced(os.path.join(d, tmp), data, os.O_EXCL)
                 say("W %s %s" % (name, sha))
                 os.rename(os.path.join(d, tmp), os.path.join(d, name))
                 say("A %s %s" % (name, sha))

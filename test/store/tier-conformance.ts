@@ -8,6 +8,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { KiB, MiB } from '../../store/constants';
 import { isCascadeError, type ErrorCode } from '../../store/errors';
 import type { Tier, TierEntry } from '../../store/tier';
+import { seededRandom } from '../../store/faults';
 
 /** Capacity asked for when a test only needs room. */
 const ROOMY_CAPACITY_BYTES = 32 * MiB;
@@ -33,17 +34,8 @@ export function randomBlock(sizeBytes: number): TestBlock {
   return { key: sha256Hex(data), data };
 }
 
-/** mulberry32: a small seeded PRNG so that failures reproduce. Returns floats in [0, 1). */
-export function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The store's seeded PRNG (mulberry32), so that failures reproduce. */
+export { seededRandom };
 
 /** Integer in [lo, hi]. */
 export function randomInt(rng: () => number, lo: number, hi: number): number {
