@@ -1,16 +1,23 @@
 /**
  * Mocha's spec reporter plus one closing line in the plain form CI tools read:
- * `N passed, N failed, N skipped`.
+ * `N passed, N failed, N skipped`. With CASCADE_TEST_SUMMARY=FILE it also writes the run's counts
+ * there as JSON (test/summary.ts reads them for npm test's one closing line over all its parts).
  */
+import * as fs from 'node:fs';
 import Mocha from 'mocha';
+import type { MochaSummary } from './summary';
 
 class SpecWithSummary extends Mocha.reporters.Spec {
   constructor(runner: Mocha.Runner, options?: Mocha.MochaOptions) {
     super(runner, options);
     runner.once(Mocha.Runner.constants.EVENT_RUN_END, () => {
       const s = runner.stats;
+      const summary: MochaSummary = { passes: s?.passes ?? 0, failures: s?.failures ?? 0, pending: s?.pending ?? 0, durationMs: s?.duration ?? 0 };
+      const file = process.env.CASCADE_TEST_SUMMARY;
+      // Written now, synchronously: mocha may exit right after the run ends.
+      if (file) fs.writeFileSync(file, JSON.stringify(summary) + '\n');
       // After the spec reporter's own epilogue.
-      process.nextTick(() => process.stdout.write(`${s?.passes ?? 0} passed, ${s?.failures ?? 0} failed, ${s?.pending ?? 0} skipped\n`));
+      process.nextTick(() => process.stdout.write(`${summary.passes} passed, ${summary.failures} failed, ${summary.pending} skipped\n`));
     });
   }
 }

@@ -27,8 +27,12 @@
 using namespace cascade;
 
 static int failures = 0;
+// Checks run, for the closing line (npm test's summary reads it: scripts/test.sh); atomic, since
+// some checks run on the stress tests' threads.
+static std::atomic<unsigned long long> checks{0};
 #define EXPECT(cond)                                                         \
   do {                                                                       \
+    checks.fetch_add(1, std::memory_order_relaxed);                          \
     if (!(cond)) {                                                           \
       fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);        \
       failures++;                                                            \
@@ -716,9 +720,9 @@ int main() {
   TestIo();
   TestMetaTable();
   if (failures > 0) {
-    fprintf(stderr, "native tests: %d check(s) failed\n", failures);
+    fprintf(stderr, "native tests: %d of %llu check(s) failed\n", failures, checks.load());
     return 1;
   }
-  fprintf(stderr, "native tests: all checks passed\n");
+  fprintf(stderr, "native tests: all %llu checks passed\n", checks.load());
   return 0;
 }
