@@ -22,6 +22,21 @@ export class SingleFlight<T> {
 export class KeyedLock {
   private readonly tails = new Map<string, Promise<void>>();
 
+  /**
+   * Take `key`'s lock only if nobody holds or waits for it: the release function, or undefined. Never
+   * waits, so a caller may take many keys this way without risking a deadlock with with().
+   */
+  tryAcquire(key: string): (() => void) | undefined {
+    if (this.tails.has(key)) return undefined;
+    let release!: () => void;
+    const tail = new Promise<void>((r) => (release = r));
+    this.tails.set(key, tail);
+    return () => {
+      release();
+      if (this.tails.get(key) === tail) this.tails.delete(key);
+    };
+  }
+
   async with<T>(key: string, fn: () => Promise<T>): Promise<T> {
     const prev = this.tails.get(key) ?? Promise.resolve();
     let release!: () => void;

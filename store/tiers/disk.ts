@@ -37,6 +37,11 @@ const INDEX_MAGIC = 0x31495343; // 'CSI1'
 const INDEX_ENTRY_BYTES = 48; // sha256 [32] | record offset u64 | payload length u64
 /** Node's fs calls take at most 2 GiB - 1 bytes at once. */
 const IO_CHUNK_BYTES = 1 * GiB;
+/**
+ * writeMany's largest single append: records are laid out in one staging buffer of at most this many
+ * bytes and written with one pwrite (a record larger than this goes alone, in a buffer of its own).
+ */
+export const APPEND_BATCH_BYTES_MAX = 8 * 1024 * 1024;
 
 /**
  * The segment file operations of the live read and write paths, which can fail in ways tests must reach
@@ -199,6 +204,7 @@ export class DiskSegmentTier implements Tier {
   private tail: Promise<unknown> = Promise.resolve();
   private compactions = 0;
   private closed = false;
+  private staging: Buffer | undefined;
   private readonly segDir: string;
   private readonly segmentTargetBytes: number;
   private readonly compactDeadFraction: number;
@@ -264,6 +270,79 @@ export class DiskSegmentTier implements Tier {
       this.liveBytes += need;
       if (seg.endBytes >= this.segmentTargetBytes) await this.seal(seg);
     });
+  }
+
+  writeMany(blocks: ReadonlyArray<{ key: string; sizeBytes: number }>, fill: (key: string, target: Uint8Array) => Promise<void>): Promise<void> {
+    this.checkOpen();
+    return this.serial(async () => {
+      const seen = new Set<string>();
+      const todo = blocks.filter((b) => !this.index.has(b.key) && !seen.has(b.key) && seen.add(b.key));
+      let i = 0;
+      while (i < todo.length) {
+        const first = recordBytes(todo[i].sizeBytes);
+        if (first > this.freeBytes()) await this.reclaimFor(first);
+        if (first > this.freeBytes()) throw new CascadeError('ENOSPC', `disk tier full: need ${first} bytes, ${this.freeBytes()} free`);
+        const seg = await this.activeFor(first);
+        // One run: records that fit this segment, the free space and one staging buffer.
+        const run: Array<{ key: string; sizeBytes: number }> = [];
+        let runBytes = 0;
+        while (i < todo.length) {
+          const need = recordBytes(todo[i].sizeBytes);
+          const over = seg.endBytes + runBytes + need > this.segmentTargetBytes || runBytes + need > this.freeBytes() || runBytes + need > APPEND_BATCH_BYTES_MAX;
+          if (run.length > 0 && over) break;
+          run.push(todo[i]);
+          runBytes += need;
+          i++;
+        }
+        await this.appendRun(seg, run, runBytes, fill);
+        this.liveBytes += runBytes;
+        if (seg.endBytes >= this.segmentTargetBytes) await this.seal(seg);
+      }
+    });
+  }
+
+  /** Lay out a run of records in one buffer and append it with one write; indexes them (unsynced). */
+  private async appendRun(
+    seg: Segment,
+    run: ReadonlyArray<{ key: string; sizeBytes: number }>,
+    runBytes: number,
+    fill: (key: string, target: Uint8Array) => Promise<void>,
+  ): Promise<void> {
+    const buf = runBytes <= APPEND_BATCH_BYTES_MAX ? this.stagingBuffer().subarray(0, runBytes) : Buffer.allocUnsafe(runBytes);
+    let at = 0;
+    for (const r of run) {
+      const payloadAt = at + RECORD_ALIGN_BYTES;
+      encodeHeader(r.key, r.sizeBytes).copy(buf, at);
+      await fill(r.key, buf.subarray(payloadAt, payloadAt + r.sizeBytes));
+      at += recordBytes(r.sizeBytes);
+      buf.fill(0, payloadAt + r.sizeBytes, at); // padding: the staging buffer holds old bytes
+    }
+    assert(at === runBytes, 'a run is laid out to its computed length');
+    const offset = seg.endBytes;
+    // Reserve before writing: a failed write leaves a hole that recovery skips, never a visible key.
+    seg.endBytes += runBytes;
+    this.fileBytes += runBytes;
+    try {
+      await writeFully(seg.fd, [buf], offset, this.io);
+    } catch (e) {
+      seg.deadBytes += runBytes;
+      seg.sealed = true;
+      if (this.active === seg) this.active = undefined;
+      const full = (e as { code?: unknown }).code === 'ENOSPC';
+      throw new CascadeError(full ? 'ENOSPC' : 'EIO', `write to ${seg.file} failed: ${(e as Error).message}`, { cause: e });
+    }
+    at = offset;
+    for (const r of run) {
+      this.index.set(r.key, { segment: seg, offsetBytes: at, sizeBytes: r.sizeBytes });
+      seg.unsynced.push(r.key);
+      at += recordBytes(r.sizeBytes);
+    }
+  }
+
+  /** One staging buffer for grouped appends (they run one at a time, under serial()). */
+  private stagingBuffer(): Buffer {
+    this.staging ??= Buffer.allocUnsafe(APPEND_BATCH_BYTES_MAX);
+    return this.staging;
   }
 
   /**
