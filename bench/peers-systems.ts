@@ -985,7 +985,7 @@ export const SYSTEMS: SystemSpec[] = [
   {
     name: 'cascade',
     role: 'cascade',
-    what: `Cascade mounted with \`cascade mount\`, native engine (CASCADE_ENGINE=native: C++ FUSE on /dev/fuse, 1 MiB requests, DRAM-held blocks read from shared memory without JS), ${CASCADE_DIRECT}`,
+    what: `Cascade mounted with \`cascade mount\`, native engine (CASCADE_ENGINE=native: C++ FUSE on /dev/fuse, requests of up to 4 MiB as fs.fuse.max_pages_limit allows, DRAM-held blocks read from shared memory without JS), ${CASCADE_DIRECT}`,
     notApplicable: {},
     open: (ctx) => openCascadeMount(ctx, { engine: 'native' }),
   },

@@ -51,7 +51,7 @@ export const ATTR_OUT_BYTES = 16 + ATTR_BYTES;
 export const OPEN_OUT_BYTES = 16;
 
 export const FATTR = { MODE: 1, UID: 2, GID: 4, SIZE: 8, ATIME: 16, MTIME: 32, FH: 64, ATIME_NOW: 128, MTIME_NOW: 256, CTIME: 1024 } as const;
-export const FOPEN = { DIRECT_IO: 1, KEEP_CACHE: 2, PASSTHROUGH: 1 << 7 } as const;
+export const FOPEN = { DIRECT_IO: 1, KEEP_CACHE: 2, NOFLUSH: 1 << 5, PASSTHROUGH: 1 << 7 } as const;
 export const GETATTR_FH = 1;
 export const RENAME_NOREPLACE = 1;
 export const RENAME_EXCHANGE = 2;

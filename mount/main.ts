@@ -263,7 +263,7 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
   const warn = (m: string) => opts.log(`cascade: ${m}`, 'warn');
   const choice = opts.engine ?? 'auto';
   if (choice !== 'fuse-native') {
-    const { NativeFuseEngine } = await import('./native-engine');
+    const { NativeFuseEngine, fuseRequestPages, REQUEST_PAGES_WANTED } = await import('./native-engine');
     const why = NativeFuseEngine.unavailable();
     if (why === undefined) {
       try {
@@ -282,7 +282,9 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
         if (opts.debug) log('--debug traces requests with the fuse-native engine only');
         const reads = n?.arena === true ? 'reads of DRAM blocks served from the arena' : 'every read through JS (no shared-memory arena)';
         const pt = n?.passthrough === true && opts.passthrough === true ? ', passthrough' : '';
-        return { engine: e, description: `native: FUSE 7.${n?.minor ?? '?'}, ${((n?.maxWriteBytes ?? 0) / 1024) | 0} KiB requests, ${reads}${pt}` };
+        const req = fuseRequestPages();
+        const capped = req.pages < REQUEST_PAGES_WANTED ? ` (capped by fs.fuse.max_pages_limit=${req.limitPages}; raise it to ${REQUEST_PAGES_WANTED} for ${(REQUEST_PAGES_WANTED * 4) / 1024} MiB)` : '';
+        return { engine: e, description: `native: FUSE 7.${n?.minor ?? '?'}, ${((n?.maxWriteBytes ?? 0) / 1024) | 0} KiB requests${capped}, ${reads}${pt}` };
       } catch (e) {
         if (choice === 'native') throw e;
         log(`the native engine could not mount (${(e as Error).message}); using fuse-native`);

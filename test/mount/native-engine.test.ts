@@ -11,7 +11,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { FileAttr } from '../../fs/types';
 import * as P from '../../mount/fuse-proto';
-import { NodeTable } from '../../mount/native-engine';
+import { fuseRequestPages, NodeTable } from '../../mount/native-engine';
 import { BackingCache, type BackingSession } from '../../mount/passthrough';
 import { nativeBinding } from '../../native';
 import { isCascadeError } from '../../store/errors';
@@ -236,23 +236,26 @@ describe('native engine: real mounts', function () {
     return mnt;
   }
 
-  it('--engine native: 1 MiB requests, and reads of DRAM blocks answered in C++ from the arena', async () => {
+  it('--engine native: requests as large as the kernel allows (up to 4 MiB), and reads of DRAM blocks answered in C++ from the arena', async () => {
     const mnt = await start('served', ['--engine', 'native']);
-    assert.match(daemon!.stderr, /engine native: FUSE 7\.\d+, 1024 KiB requests, reads of DRAM blocks served from the arena/);
+    const req = fuseRequestPages(); // the kernel's fs.fuse.max_pages_limit caps what we ask for
+    const reqBytes = req.pages * 4096;
+    assert.match(daemon!.stderr, new RegExp(`engine native: FUSE 7\\.\\d+, ${reqBytes / 1024} KiB requests.*, reads of DRAM blocks served from the arena`));
     const data = randomBytes(5 * MiB + 123);
     fs.writeFileSync(path.join(mnt, 'kv', 'm', 'a'), data);
     const before = stats(mnt).engine;
     assert.equal(before.name, 'native');
-    assert.equal(before.maxPages, 256);
-    const dd = spawnSync('dd', [`if=${path.join(mnt, 'kv', 'm', 'a')}`, 'bs=1M', 'status=none'], { maxBuffer: 64 * MiB });
+    assert.equal(before.maxPages, req.pages);
+    const dd = spawnSync('dd', [`if=${path.join(mnt, 'kv', 'm', 'a')}`, 'bs=16M', 'status=none'], { maxBuffer: 64 * MiB });
     assert.equal(dd.status, 0, String(dd.stderr));
     assert.equal(sha(dd.stdout), sha(data));
     const after = stats(mnt).engine;
     const served = (after.servedReads as number) - (before.servedReads as number);
     const bytes = (after.servedReadBytes as number) - (before.servedReadBytes as number);
-    assert.ok(served >= 6 && served <= 8, `6 reads of up to 1 MiB answered natively, saw ${served}`);
+    const expected = Math.ceil(data.length / reqBytes);
+    assert.ok(served >= expected && served <= expected + 2, `${expected} reads of up to ${reqBytes} bytes answered natively, saw ${served}`);
     assert.equal(bytes, data.length);
-    assert.ok((after.servedFlushes as number) > (before.servedFlushes as number), 'the read-only close was flushed in C++');
+    assert.equal(after.servedFlushes, before.servedFlushes, 'a read-only open asks for no FLUSH at close (FOPEN_NOFLUSH)');
     // A small file, read once it is published (native-meta.test.ts has the rest).
     fs.writeFileSync(path.join(mnt, 'kv', 'm', 'small'), data.subarray(0, 4096));
     assert.ok(fs.readFileSync(path.join(mnt, 'kv', 'm', 'small')).equals(data.subarray(0, 4096)));
@@ -272,7 +275,9 @@ describe('native engine: real mounts', function () {
     const before = stats(mnt).engine;
     fs.writeFileSync(f, data);
     const after = stats(mnt).engine;
-    assert.equal((after.servedWrites as number) - (before.servedWrites as number), 10, 'ten WRITEs of up to 1 MiB taken in C++');
+    const reqBytes = fuseRequestPages().pages * 4096;
+    const writes = Math.ceil(data.length / reqBytes);
+    assert.equal((after.servedWrites as number) - (before.servedWrites as number), writes, `${writes} WRITEs of up to ${reqBytes} bytes taken in C++`);
     assert.equal((after.servedWriteBytes as number) - (before.servedWriteBytes as number), data.length);
     assert.ok((after.forwarded as number) - (before.forwarded as number) < 12, 'only lookup/create/flush/release and the stats reads reached JS');
     assert.equal(after.stagedFiles, 0, 'the stage is gone after the release');
@@ -377,5 +382,23 @@ describe('native engine: real mounts', function () {
     const r = spawnSync(process.execPath, [CLI, 'mount', path.join(root, 'bad'), '--engine', 'kernel'], { encoding: 'utf8' });
     assert.notEqual(r.status, 0);
     assert.match(r.stderr, /engine.*(auto|Choices)/i);
+  });
+});
+
+describe('native engine: FUSE request size', () => {
+  it('asks for 1,024 pages (4 MiB), capped by fs.fuse.max_pages_limit; 256 where the kernel has no such limit', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-maxpages-'));
+    try {
+      const f = path.join(dir, 'max_pages_limit');
+      fs.writeFileSync(f, '256\n');
+      assert.deepEqual(fuseRequestPages(f), { pages: 256, limitPages: 256 });
+      fs.writeFileSync(f, '65535\n');
+      assert.deepEqual(fuseRequestPages(f), { pages: 1024, limitPages: 65535 });
+      fs.writeFileSync(f, 'junk');
+      assert.deepEqual(fuseRequestPages(f), { pages: 256, limitPages: 256 });
+      assert.deepEqual(fuseRequestPages(path.join(dir, 'absent')), { pages: 256, limitPages: 256 });
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

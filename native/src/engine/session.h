@@ -30,7 +30,11 @@ namespace cascade::engine {
 
 // Bounds (TIGER_STYLE: everything has a limit).
 constexpr unsigned kThreadsMax = 64;
-constexpr unsigned kMaxPagesLimit = 256;          // the kernel's own limit (1 MiB requests)
+// Requests of up to 16 MiB: kernels since 6.13 cap them at fs.fuse.max_pages_limit (default 256 =
+// 1 MiB), which root may raise; the embedder asks for what the kernel will grant (a larger ask is
+// capped by the kernel anyway, but every worker's buffer is sized from it).
+constexpr unsigned kMaxPagesLimit = 4096;
+constexpr unsigned kMaxPagesDefault = 256;
 constexpr size_t kReadSourcesMax = 1 << 20;       // handles served natively at once
 constexpr size_t kExtentsPerSourceMax = 1 << 16;  // extents of one served block
 constexpr int kReplyIovMax = 1024;                // IOV_MAX
@@ -45,7 +49,7 @@ struct SessionOptions {
   std::string fsname = "cascade";
   std::string subtype = "cascade";
   unsigned threads = 4;
-  unsigned maxPages = kMaxPagesLimit;
+  unsigned maxPages = kMaxPagesDefault;
   bool allowOther = true;
   bool passthrough = false;  // ask the kernel for FUSE passthrough (needs 7.40 and CAP_SYS_ADMIN)
   uint32_t uid = 0;
