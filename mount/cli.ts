@@ -14,12 +14,17 @@ import * as path from 'node:path';
 // gets none of that right.
 import { SingleBar } from 'cli-progress';
 import yargs, { type Argv } from 'yargs';
-import { MiB } from '../store/constants';
+import { KEEP_VERSIONS_DEFAULT, MiB } from '../store/constants';
+import { REMOTE_PROMOTE_AFTER_READS_DEFAULT } from '../store/remote';
 import { CascadeError, isCascadeError } from '../store/errors';
 import { Store, type StoreConfig, type StoreStats } from '../store/store';
 import {
   asMountFile,
+  collectFiles,
+  dramShortfalls,
+  evictFile,
   findMountRoot,
+  listPins,
   listVersions,
   mountRootAt,
   notInMountError,
@@ -27,7 +32,9 @@ import {
   resolveTarget,
   setPinned,
   statPath,
-  warmup,
+  warmupFiles,
+  type DramShortfall,
+  type EvictResult,
   type MountStats,
   type WarmupProgress,
 } from './client';
@@ -35,11 +42,15 @@ import { defaultDataDir, defaultDramBytes, ENGINES, type EngineChoice } from './
 import { formatBytes, parseSize } from './size';
 import { createDaemonLog, LOG_LEVELS, type LogLevel } from './log';
 
-interface CommonArgs {
-  /** Undefined when not given: then stat, versions, pin, unpin and stats work on a mount. */
+/** --data and --dram of the commands that open a data directory themselves. */
+interface DirectArgs {
+  /** Undefined when not given: then stat, versions, pin, unpin, stats and pins work on a mount. */
   data?: string;
   /** Undefined when not given: DIRECT_DRAM_BYTES. */
   dram?: string;
+}
+
+interface CommonArgs extends DirectArgs {
   json: boolean;
 }
 
@@ -78,15 +89,41 @@ function shown(n: number): string {
 /** A command's own exit code when it is not 0 and not an error (fsck's codes). */
 let commandExitCode = 0;
 
-function withStoreOptions<T>(y: Argv<T>) {
+/*
+ * Options are declared per command (each builder adds its own), so `cascade X --help` lists X's options
+ * only, each with its real default: a global option shows up in every command's help, where most
+ * commands ignore it (unmount listed mount's --dram).
+ */
+
+/** --json, for the commands that print something a script may parse. */
+function jsonOption<T>(y: Argv<T>) {
+  return y.option('json', { type: 'boolean', default: false, describe: 'print machine-readable JSON' });
+}
+
+const DIRECT_DRAM_DESCRIBE = 'DRAM tier size of the data directory opened here, e.g. 512M (filled on demand: the command starts in well under a second)';
+
+/** --data and --dram of put and get, which always open a data directory. */
+function directOptions<T>(y: Argv<T>) {
   return y
-    // No yargs default: whether --data was given picks the mode of stat, versions, pin, unpin, stats.
-    .option('data', { type: 'string', describe: `data directory (disk tier and metadata) for direct access without a mount (default for put, get, demo, mount: ${defaultDataDir()})` })
-    .option('dram', {
-      type: 'string',
-      describe: `DRAM tier size for direct access, e.g. 512M (default ${formatSizeArg(DIRECT_DRAM_BYTES)}, filled on demand: these commands start in well under a second)`,
-    })
-    .option('json', { type: 'boolean', default: false, describe: 'print machine-readable JSON' });
+    .option('data', { type: 'string', describe: 'the data directory (disk tier and metadata) to open', defaultDescription: defaultDataDir() })
+    .option('dram', { type: 'string', describe: DIRECT_DRAM_DESCRIBE, defaultDescription: formatSizeArg(DIRECT_DRAM_BYTES) });
+}
+
+/** --mount, for the commands that work on a mount. */
+function mountOption<T>(y: Argv<T>) {
+  return y.option('mount', { type: 'string', describe: 'the mount to use: arguments that are not absolute paths are names under MOUNT/kv/' });
+}
+
+/** --mount, --data and --dram of the commands that work on a mount or, with --data, on a data directory. */
+function dualOptions<T>(y: Argv<T>) {
+  return (
+    mountOption(y)
+      // No yargs default: whether --data was given picks the mode.
+      .option('data', { type: 'string', describe: 'work on this data directory directly, without a mount (arguments are store names <model>/<path...>)' })
+      .option('dram', { type: 'string', describe: `with --data: ${DIRECT_DRAM_DESCRIBE}`, defaultDescription: formatSizeArg(DIRECT_DRAM_BYTES) })
+      .conflicts('mount', 'data')
+      .implies('dram', 'data')
+  );
 }
 
 function formatSizeArg(bytes: number): string {
@@ -100,7 +137,7 @@ function formatSizeArg(bytes: number): string {
  */
 const DIRECT_DRAM_BYTES = 256 * MiB;
 
-async function withStore<R>(args: CommonArgs, fn: (store: Store) => Promise<R>, extra: Partial<StoreConfig> = {}): Promise<R> {
+async function withStore<R>(args: DirectArgs, fn: (store: Store) => Promise<R>, extra: Partial<StoreConfig> = {}): Promise<R> {
   const store = await Store.open({
     dataDir: args.data ?? defaultDataDir(),
     dramCapacityBytes: args.dram === undefined ? DIRECT_DRAM_BYTES : sizeArg(args.dram, 'dram'),
@@ -619,12 +656,6 @@ async function unmount(mountpoint: string, wait = true): Promise<void> {
 // ---- commands on a mounted Cascade (mount/client.ts) ----
 
 /** --mount, for the commands that work on a mount; exclusive with --data, which means direct access. */
-function withMountOption<T>(y: Argv<T>) {
-  return y
-    .option('mount', { type: 'string', describe: 'the mount to use: arguments that are not absolute paths are names under MOUNT/kv/' })
-    .conflicts('mount', 'data');
-}
-
 function formatTime(timeMs: number): string {
   return new Date(timeMs).toISOString();
 }
@@ -666,20 +697,140 @@ function formatMountStats(mount: string, stats: MountStats): string {
   return lines.join('\n');
 }
 
-async function statsInMount(a: DualArgs & { target?: string }): Promise<void> {
+/** The mount a command about a whole mount means: the one holding PATH, else --mount, else the cwd's. */
+function mountFor(a: { mount?: string; target?: string }): string {
   let mount: string | undefined;
   if (a.target !== undefined) mount = resolveTarget(a.target, a.mount).mount;
   else if (a.mount !== undefined) mount = mountRootAt(a.mount);
   else mount = findMountRoot(process.cwd());
   if (mount === undefined) throw notInMountError(`the current directory (${process.cwd()})`);
-  const root = mount;
+  return mount;
+}
+
+async function statsInMount(a: DualArgs & { target?: string }): Promise<void> {
+  const root = mountFor(a);
   const stats = await readStats(root);
   print(a, { mount: root, ...stats }, () => formatMountStats(root, stats));
 }
 
-async function warmupInMount(a: DualArgs & { targets: string[] }): Promise<void> {
-  if (a.data !== undefined) throw new UsageError('warmup loads files into the DRAM of a running mount; --data does not apply');
-  const targets = a.targets.map((t) => resolveTarget(t, a.mount));
+/** Pinned files a mount lists (fs/cascade-fs.ts PINS_LISTED_MAX), and `pins --data`, which has them at hand. */
+const PINS_MOUNT_LISTED_MAX = 65_536;
+const PINS_DIRECT_LISTED_MAX = 1_000_000;
+
+interface PinsOutput {
+  mount?: string;
+  dataDir?: string;
+  pinned: { blocks: number; bytes: number; quotaBytes: number };
+  files: Array<{ path?: string; name: string; sizeBytes: number; sha256: string }>;
+  total: number;
+  truncated: boolean;
+}
+
+function formatPins(p: PinsOutput): string {
+  const q = p.pinned;
+  const share = q.quotaBytes > 0 ? ` (${((100 * q.bytes) / q.quotaBytes).toFixed(1)}%)` : '';
+  const lines = [`pinned: ${p.total} file(s), ${q.blocks} block(s), ${formatBytes(q.bytes)} of a ${formatBytes(q.quotaBytes)} quota${share}`];
+  if (p.files.length > 0) lines.push(`${p.mount !== undefined ? 'PATH' : 'NAME'}\tBYTES\tSHA256`, ...p.files.map((f) => `${f.path ?? f.name}\t${f.sizeBytes}\t${f.sha256}`));
+  if (p.truncated) lines.push(`... and ${p.total - p.files.length} more (the listing stops at ${p.files.length})`);
+  return lines.join('\n');
+}
+
+async function pinsCommand(a: DualArgs & { target?: string }): Promise<void> {
+  if (a.data === undefined) {
+    const listing: PinsOutput = await listPins(mountFor(a));
+    print(a, listing, () => formatPins(listing));
+    return;
+  }
+  if (a.target !== undefined) throw new UsageError('pins --data DIR takes no PATH');
+  await withStore(a, async (store) => {
+    const { names, total } = await store.pinnedNames(PINS_DIRECT_LISTED_MAX);
+    const { pinned } = await store.stats();
+    const listing: PinsOutput = { dataDir: store.dataDir, pinned, files: names, total, truncated: total > names.length };
+    print(a, listing, () => formatPins(listing));
+  });
+}
+
+async function evictInMount(a: { mount?: string; json: boolean; targets: string[] }): Promise<void> {
+  // Resolve every argument first, so a typo fails the command before anything changed.
+  const files = a.targets.map((t) => asMountFile(resolveTarget(t, a.mount)));
+  const out: Array<Partial<EvictResult> & { path: string; error?: { code: string; message: string } }> = [];
+  for (const f of files) {
+    try {
+      out.push(await evictFile(f));
+    } catch (e) {
+      if (!isCascadeError(e)) throw e;
+      // The other files are still evicted; the command exits 1 at the end.
+      process.stderr.write(`cascade: ${e.message}\n`);
+      out.push({ path: f.path, error: { code: e.code, message: e.message } });
+      commandExitCode = 1;
+    }
+  }
+  const done = out.filter((r) => r.error === undefined);
+  if (a.json || done.length > 0) {
+    print(a, out, () =>
+      done.map((r) => (r.evicted ? `evicted ${r.path} (${r.tierBefore} -> ${r.tierAfter})` : `${r.path}: not in DRAM (${r.tierBefore}), nothing to drop`)).join('\n'),
+    );
+  }
+}
+
+/**
+ * Limits of a `warmup --from` list: a path is at most PATH_MAX (4096 bytes), and a million paths is
+ * far past any one job's KV set; the file is refused past 256 MiB before it is split.
+ */
+const PATH_LIST_MAX_PATHS = 1_000_000;
+const PATH_LIST_LINE_MAX_BYTES = 4096;
+const PATH_LIST_MAX_BYTES = 256 * MiB;
+const PATH_LIST_READ_BYTES = 1 * MiB;
+
+/** The paths a `--from` file (or '-', standard input) lists, one per line; blank lines skipped. */
+export function readPathList(file: string): string[] {
+  // yargs hands a lone '-' over as an empty string.
+  const stdin = file === '-' || file === '';
+  const shownName = stdin ? 'standard input' : file;
+  const fd = stdin ? 0 : fs.openSync(file, 'r');
+  const chunks: Buffer[] = [];
+  let total = 0;
+  try {
+    for (;;) {
+      const chunk = Buffer.allocUnsafe(PATH_LIST_READ_BYTES);
+      const n = fs.readSync(fd, chunk, 0, chunk.length, null);
+      if (n === 0) break;
+      total += n;
+      if (total > PATH_LIST_MAX_BYTES) throw new CascadeError('EINVAL', `--from ${shownName}: over ${formatBytes(PATH_LIST_MAX_BYTES)}; split the list`);
+      chunks.push(chunk.subarray(0, n));
+    }
+  } finally {
+    if (!stdin) fs.closeSync(fd);
+  }
+  const paths: string[] = [];
+  const lines = Buffer.concat(chunks, total).toString('utf8').split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i].endsWith('\r') ? lines[i].slice(0, -1) : lines[i];
+    if (line.trim() === '') continue;
+    if (Buffer.byteLength(line) > PATH_LIST_LINE_MAX_BYTES) throw new CascadeError('EINVAL', `--from ${shownName}: line ${i + 1} is over ${PATH_LIST_LINE_MAX_BYTES} bytes, longer than any path`);
+    if (line.includes('\0')) throw new CascadeError('EINVAL', `--from ${shownName}: line ${i + 1} holds a NUL byte`);
+    if (paths.length >= PATH_LIST_MAX_PATHS) throw new CascadeError('EINVAL', `--from ${shownName}: more than ${PATH_LIST_MAX_PATHS} paths; split the list`);
+    paths.push(line);
+  }
+  return paths;
+}
+
+/** The one line warmup writes before it starts when it would load more than a mount's free DRAM. */
+function shortfallWarning(s: DramShortfall): string {
+  const free = `${formatBytes(s.freeBytes)} free of ${formatBytes(s.capacityBytes)}`;
+  return s.loadBytes === undefined
+    ? `cascade: warning: warmup reads ${formatBytes(s.totalBytes)}, more than the whole DRAM tier of ${s.mount} (${free}): other blocks will be evicted and not all of these will stay in DRAM; going on\n`
+    : `cascade: warning: warmup loads ${formatBytes(s.loadBytes)} into DRAM, more than ${s.mount} has free (${free}): other blocks will be evicted to make room; going on\n`;
+}
+
+async function warmupInMount(a: { mount?: string; json: boolean; targets?: string[]; from?: string }): Promise<void> {
+  // yargs gives [undefined] for an optional array positional without a default (which help would show as []).
+  const given = (a.targets ?? []).filter((t): t is string => typeof t === 'string');
+  if (given.length === 0 && a.from === undefined) throw new UsageError('warmup needs files or directories to load, or --from FILE');
+  const args = [...given, ...(a.from !== undefined ? readPathList(a.from) : [])];
+  const targets = args.map((t) => resolveTarget(t, a.mount));
+  const files = collectFiles(targets);
+  for (const s of await dramShortfalls(files)) process.stderr.write(shortfallWarning(s));
   // A bar only for a person watching: not into a pipe or a log, and never mixed with JSON.
   const bar = process.stderr.isTTY && !a.json ? new SingleBar({
     stream: process.stderr,
@@ -704,7 +855,7 @@ async function warmupInMount(a: DualArgs & { targets: string[] }): Promise<void>
     started = true;
     bar.update(Math.min(p.bytes, Math.max(1, p.totalBytes)), payload(p));
   };
-  const r = await warmup(targets, onProgress).finally(() => {
+  const r = await warmupFiles(files, onProgress).finally(() => {
     if (started) bar?.stop();
   });
   print(a, r, () => {
@@ -730,24 +881,29 @@ const MODES_EPILOG =
   'never point --data at a data directory that a running mount serves.';
 
 export function buildCli(argv: string[]) {
-  return withStoreOptions(yargs(argv))
+  return yargs(argv)
     .scriptName('cascade')
     .usage('$0 <command> [options]\n\nCascade: a tiered, content-addressed KV-cache store (DRAM in shared memory, disk segments), mounted as a filesystem.')
-    .epilog('stat, versions, pin, unpin and stats work on a mounted Cascade (PATH under MOUNT/kv/) or, with --data DIR, directly on a data directory (NAME <model>/<path...>); warmup needs a mount; put and get always use a data directory. `cascade <command> --help` for each.')
+    .epilog(
+      'stat, versions, pin, unpin, pins and stats work on a mounted Cascade (PATH under MOUNT/kv/) or, with --data DIR, directly on a data directory (NAME <model>/<path...>); ' +
+        'warmup and evict need a mount; put and get always use a data directory. `cascade <command> --help` for each. ' +
+        'Exit codes: 0 ok, 1 a typed error (cascade: CODE: what), 2 bad usage, 70 an internal error; fsck has its own.',
+    )
     .command(
       'mount <mountpoint>',
       'mount Cascade at <mountpoint> and serve it in the foreground until Ctrl-C, SIGTERM or `cascade unmount`',
       (y) =>
         y
           .positional('mountpoint', { type: 'string', demandOption: true, describe: 'an empty directory (created if missing; a stale mount there is cleared)' })
+          .option('data', { type: 'string', describe: 'data directory: disk tier and metadata', defaultDescription: defaultDataDir() })
           .option('background', { alias: 'd', type: 'boolean', default: false, describe: 'run the daemon in the background: return once the mount answers (exit 0), or exit 1 with its reason' })
           .option('log-file', { type: 'string', describe: `append the daemon's log to this file instead of stderr (with --background, default ${path.join(os.tmpdir(), 'cascade-mount<mountpoint>.log')})` })
           .option('log-level', { type: 'string', choices: LOG_LEVELS, default: 'info', describe: 'error: failures only; warn: also what an operator should know (failed flushes, fallbacks); info: also the mount\'s life (mounted, stopping). Nothing per request at any level' })
           .option('quiet', { alias: 'q', type: 'boolean', default: false, describe: 'the same as --log-level warn' })
-          .option('dram', { type: 'string', describe: `DRAM tier size, e.g. 512M, 8G (default ${formatSizeArg(defaultDramBytes())}: a quarter of memory, at most 8 GiB)` })
+          .option('dram', { type: 'string', describe: 'DRAM tier size, e.g. 512M, 8G', defaultDescription: `${formatSizeArg(defaultDramBytes())} (a quarter of memory, at most 8 GiB)` })
           .option('disk', { type: 'string', describe: 'bound on the disk tier, e.g. 500G: past it writes fail with ENOSPC at close (default: the filesystem of --data)' })
-          .option('pin-quota', { type: 'string', describe: 'sum of pinned (prefix) block sizes allowed, e.g. 2G (default: half of --dram)' })
-          .option('keep-versions', { type: 'number', describe: 'versions kept per file name (default: the store default)' })
+          .option('pin-quota', { type: 'string', describe: 'sum of pinned (prefix) block sizes allowed, e.g. 2G', defaultDescription: 'half of --dram' })
+          .option('keep-versions', { type: 'number', describe: 'versions kept per file name', defaultDescription: String(KEEP_VERSIONS_DEFAULT) })
           .option('kernel-cache', { type: 'boolean', default: false, describe: 'read through the kernel page cache and keep it across opens: much faster re-reads and shared mmap, but readers of a file being overwritten in place may see short or mixed content (default: direct I/O)' })
           .option('debug', { type: 'boolean', default: false, describe: 'trace every FUSE request on stderr (libfuse debug; fuse-native engine only)' })
           .option('engine', {
@@ -773,7 +929,8 @@ export function buildCli(argv: string[]) {
           .option('dram-watermarks', {
             type: 'string',
             describe:
-              'LOW,HIGH in percent of --dram: when free DRAM falls below LOW, clean blocks are evicted in the background until HIGH is free, so writes into a full cache do not wait for evictions (default 5,10; 0,0: off)',
+              'LOW,HIGH in percent of --dram: when free DRAM falls below LOW, clean blocks are evicted in the background until HIGH is free, so writes into a full cache do not wait for evictions (0,0: off)',
+            defaultDescription: '5,10',
           })
           .option('fabric', {
             type: 'string',
@@ -781,13 +938,13 @@ export function buildCli(argv: string[]) {
               'with --cluster: the libfabric provider for the remote DRAM tier (reads of blocks other nodes hold in DRAM): "tcp;ofi_rxm" (Ethernet), "cxi" (Slingshot-11), "verbs;ofi_rxm" (InfiniBand), or "off" (default: $FI_PROVIDER, else tcp;ofi_rxm)',
           })
           .option('fabric-addr', { type: 'string', describe: 'with --cluster: the address this node\'s fabric endpoint binds, reachable by the other nodes (default: the provider\'s first interface)' })
-          .option('remote-promote-after', { type: 'number', describe: 'with --cluster: remote reads of a block on this node before it keeps its own DRAM copy (default 3)' })
+          .option('remote-promote-after', { type: 'number', describe: 'with --cluster: remote reads of a block on this node before it keeps its own DRAM copy', defaultDescription: String(REMOTE_PROMOTE_AFTER_READS_DEFAULT) })
           .option('gpu', {
             type: 'string',
             describe:
               'GPU tier size, e.g. 16G: a pool of GPU memory for pinned prefix blocks and blocks read twice or more, readable through the mount and by same-node GPU processes (user.cascade.cuda_ipc). Needs a CUDA driver at run time; without one the mount runs without the tier and `cascade stats` says why (default: off)',
           })
-          .option('gpu-device', { type: 'number', describe: 'with --gpu: the CUDA device number of the pool (default 0)' })
+          .option('gpu-device', { type: 'number', describe: 'with --gpu: the CUDA device number of the pool', defaultDescription: '0' })
           .option('metrics', {
             type: 'string',
             describe:
@@ -812,24 +969,28 @@ export function buildCli(argv: string[]) {
     .command(
       'mounts',
       'list the Cascade mounts of this host: mountpoint, daemon pid, data directory, DRAM in use (and mounts whose daemon no longer answers)',
-      (y) => y,
+      (y) => jsonOption(y),
       (a) => listMounts(a),
     )
     .command(
       'demo',
       'run a short tour of the store on a temporary data directory and print what happened',
       (y) =>
-        y
+        jsonOption(y)
           .option('blocks', { type: 'number', default: 64, describe: 'requests to simulate (2 blocks each)' })
           .option('block-size', { type: 'string', default: '2M', describe: 'KV block size' })
           .option('keep', { type: 'boolean', default: false, describe: 'use --data instead of a temporary directory and keep it' })
+          .option('data', { type: 'string', describe: 'with --keep: the data directory to use and keep', defaultDescription: defaultDataDir() })
           .option('dram', { type: 'string', default: '512M', describe: 'DRAM tier size for the demo' }),
       (a) => demo(a as unknown as CommonArgs & { blocks: number; blockSize: string; keep: boolean }),
     )
     .command(
       'put <name> <file>',
       'store a file as a new version of <name> (<model>/<path...>) and make it durable',
-      (y) => y.positional('name', { type: 'string', demandOption: true }).positional('file', { type: 'string', demandOption: true, describe: "a file, or '-' for standard input" }),
+      (y) =>
+        jsonOption(directOptions(y))
+          .positional('name', { type: 'string', demandOption: true })
+          .positional('file', { type: 'string', demandOption: true, describe: "a file, or '-' for standard input" }),
       (a) =>
         withStore(a, async (store) => {
           // yargs hands a lone '-' over as an empty string.
@@ -843,9 +1004,9 @@ export function buildCli(argv: string[]) {
       'get <name> [file]',
       'write a version of <name> to a file or standard output',
       (y) =>
-        y
+        directOptions(y)
           .positional('name', { type: 'string', demandOption: true })
-          .positional('file', { type: 'string', describe: 'output file (default: standard output)' })
+          .positional('file', { type: 'string', describe: 'output file', defaultDescription: 'standard output' })
           .option('version', { type: 'number', describe: 'version number' })
           .option('at', { type: 'number', describe: 'the version current at this time (unix ms)' }),
       (a) =>
@@ -861,7 +1022,7 @@ export function buildCli(argv: string[]) {
       'stat <target>',
       'version, sha256, size, tier and pinned of a file: a PATH in a mount, or a NAME with --data DIR',
       (y) =>
-        withMountOption(y)
+        jsonOption(dualOptions(y))
           .positional('target', { type: 'string', demandOption: true, describe: 'PATH of a file in a mount, or with --data a store name <model>/<path...>' })
           .option('version', { type: 'number', describe: 'with --data: this version number' })
           .option('at', { type: 'number', describe: 'with --data: the version current at this time (unix ms)' })
@@ -882,7 +1043,7 @@ export function buildCli(argv: string[]) {
       'versions <target>',
       'list the retained versions of a file: a PATH in a mount, or a NAME with --data DIR',
       (y) =>
-        withMountOption(y)
+        jsonOption(dualOptions(y))
           .positional('target', { type: 'string', demandOption: true, describe: 'PATH of a file in a mount, or with --data a store name' })
           .example('$0 versions /mnt/cascade/kv/llama/r0/b0.bin', 'version, commit time, size, where to read it (MOUNT/.cascade/versions/...)')
           .example('$0 versions llama/r0/b0.bin --data $SCRATCH/cascade', 'version, commit time, sha256, size')
@@ -899,8 +1060,8 @@ export function buildCli(argv: string[]) {
       'pin <targets..>',
       'pin files in DRAM as prefix blocks (never evicted; bounded by the pin quota): PATHs in a mount, or NAMEs with --data DIR',
       (y) =>
-        withMountOption(y)
-          .positional('targets', { type: 'string', array: true, demandOption: true, describe: 'PATHs of files in a mount, or with --data store names' })
+        jsonOption(dualOptions(y))
+          .positional('targets', { type: 'string', array: true, demandOption: true, default: undefined, describe: 'PATHs of files in a mount, or with --data store names' })
           .example('$0 pin /mnt/cascade/kv/llama/sys/*.bin', 'sets user.cascade.pinned=1 on each')
           .epilog(MODES_EPILOG),
       (a) =>
@@ -915,8 +1076,8 @@ export function buildCli(argv: string[]) {
       'unpin <targets..>',
       'unpin files so their content may be evicted again: PATHs in a mount, or NAMEs with --data DIR',
       (y) =>
-        withMountOption(y)
-          .positional('targets', { type: 'string', array: true, demandOption: true, describe: 'PATHs of files in a mount, or with --data store names' })
+        jsonOption(dualOptions(y))
+          .positional('targets', { type: 'string', array: true, demandOption: true, default: undefined, describe: 'PATHs of files in a mount, or with --data store names' })
           .epilog(MODES_EPILOG),
       (a) =>
         a.data === undefined
@@ -930,8 +1091,8 @@ export function buildCli(argv: string[]) {
       'stats [target]',
       'tier occupancy, hits, dedup savings: of the mount holding PATH (default: the current directory, or --mount MNT), or of --data DIR',
       (y) =>
-        withMountOption(y)
-          .positional('target', { type: 'string', describe: 'any path in a mount (default: the current directory)' })
+        jsonOption(dualOptions(y))
+          .positional('target', { type: 'string', describe: 'any path in a mount', defaultDescription: 'the current directory' })
           .example('$0 stats --mount /mnt/cascade --json', 'MOUNT/.cascade/stats.json, parsed')
           .example('$0 stats --data $SCRATCH/cascade', 'a data directory, no mount')
           .epilog(MODES_EPILOG),
@@ -948,7 +1109,8 @@ export function buildCli(argv: string[]) {
       'fsck',
       'check a data directory (every segment record against its SHA-256, the metadata against the segments) and with --repair restore a missing or corrupt metadata database from its snapshots, journal and segments',
       (y) =>
-        y
+        jsonOption(y)
+          .option('data', { type: 'string', describe: 'the data directory to check (no daemon or command may hold it)', defaultDescription: defaultDataDir() })
           .option('repair', { type: 'boolean', default: false, describe: 'fix what was found: rebuild the metadata from the newest good snapshot and the journal, fix reference counts, drop versions whose content is lost (damaged files are moved aside, never deleted)' })
           .example('$0 fsck --data $SCRATCH/cascade', 'report only; exit 0 when clean, 3 when problems were found')
           .example('$0 fsck --repair --data $SCRATCH/cascade', 'after a mount refused with ECORRUPT')
@@ -959,20 +1121,54 @@ export function buildCli(argv: string[]) {
       'cluster status',
       'the nodes of a cluster: alive or not, their tiers, hits (DRAM, own disk, shared tier from other nodes), promotions and dedup',
       (y) =>
-        y
+        jsonOption(y)
           .option('cluster', { type: 'string', demandOption: true, describe: 'redis://HOST:PORT[/NAMESPACE], as given to `cascade mount --cluster`' })
           .example('$0 cluster status --cluster redis://head:6379/job42', 'every node of job 42'),
       (a) => clusterStatus(a as unknown as { cluster: string; json: boolean }),
     )
     .command(
-      'warmup <targets..>',
+      'pins [target]',
+      'list the pinned files (path, size, sha256) and how much of the pin quota they use: of the mount holding PATH (default: the current directory, or --mount MNT), or of --data DIR',
+      (y) =>
+        jsonOption(dualOptions(y))
+          .positional('target', { type: 'string', describe: 'a mount, or any path in one', defaultDescription: 'the current directory' })
+          .example('$0 pins /mnt/cascade', 'from MOUNT/.cascade/pins.json, which the daemon renders from its pins')
+          .example('$0 pins --data $SCRATCH/cascade --json', 'a data directory, no mount')
+          .epilog(
+            'The quota counts distinct pinned blocks: files with the same content share one. ' +
+              `A mount lists at most ${PINS_MOUNT_LISTED_MAX} files and --data at most ${PINS_DIRECT_LISTED_MAX}; past that the total is still counted. ` +
+              'With --data DIR, that data directory is opened by this process: never point it at one that a running mount serves.',
+          ),
+      (a) => pinsCommand(a as DualArgs & { target?: string }),
+    )
+    .command(
+      'evict <targets..>',
+      "drop files' blocks from the DRAM of a running mount: they stay on disk, and the next read loads them again",
+      (y) =>
+        jsonOption(mountOption(y))
+          .positional('targets', { type: 'string', array: true, demandOption: true, default: undefined, describe: 'PATHs of files under MOUNT/kv/ (with --mount, names under it)' })
+          .example('$0 evict /mnt/cascade/kv/llama/r0/*.bin', 'sets user.cascade.evict=1 on each')
+          .epilog(
+            'Needs a running mount. Refused, with exit 1 once the other files are done: a pinned file (EPERM: unpin it first) and a file that a reader ' +
+              'holds in DRAM (EBUSY: a file open on the native engine, or a same-node client, reads the DRAM copy itself). Content not yet on disk is written down first.',
+          ),
+      (a) => evictInMount(a as { mount?: string; json: boolean; targets: string[] }),
+    )
+    .command(
+      'warmup [targets..]',
       'load files of a mount into its DRAM tier by reading them whole (directories recursively), then report how many are in DRAM',
       (y) =>
-        withMountOption(y)
-          .positional('targets', { type: 'string', array: true, demandOption: true, describe: 'files or directories under MOUNT/kv/ (the mount root means all of MOUNT/kv)' })
+        jsonOption(mountOption(y))
+          .positional('targets', { type: 'string', array: true, default: undefined, describe: 'files or directories under MOUNT/kv/ (the mount root means all of MOUNT/kv)' })
+          .option('from', { type: 'string', describe: "a file that lists paths to load, one per line ('-': standard input); with or without TARGETS" })
           .example('$0 warmup /mnt/cascade/kv/llama-3-8b', 'before a job starts: its KV blocks come from DRAM, not disk')
-          .epilog('Needs a running mount: DRAM belongs to its daemon (--data does not apply). A progress bar goes to stderr when it is a terminal and --json is not given. Exit 1 if a file could not be read.'),
-      (a) => warmupInMount(a as DualArgs & { targets: string[] }),
+          .example("find /mnt/cascade/kv/llama -name 'sys-*' | $0 warmup --from -", 'the files a list names')
+          .epilog(
+            'Needs a running mount: DRAM belongs to its daemon. Before it reads, one warning line goes to stderr when the files not yet in DRAM exceed ' +
+              "the mount's free DRAM (it goes on: other blocks are evicted to make room). A progress bar goes to stderr when it is a terminal and --json is not given. " +
+              `--from takes at most ${PATH_LIST_MAX_PATHS} paths of at most ${PATH_LIST_LINE_MAX_BYTES} bytes each (blank lines are skipped). Exit 1 if a file could not be read.`,
+          ),
+      (a) => warmupInMount(a as { mount?: string; json: boolean; targets?: string[]; from?: string }),
     )
     .version(false) // `--version N` selects a block version; the package version is not a CLI concern
     .demandCommand(1, 'name a command; see --help')

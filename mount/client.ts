@@ -1,8 +1,9 @@
 /**
  * A client of a MOUNTED Cascade that talks to it through files only (DESIGN.md, "User-facing
  * contract"), so it works from any process, as any tool would: xattrs `user.cascade.*` for sha256,
- * tier and pins, `MOUNT/.cascade/versions/kv/<name>/<N>` for versions, `MOUNT/.cascade/stats.json` for
- * statistics, and plain reads for warmup (the store promotes a block into DRAM after a disk read).
+ * tier, pins and eviction, `MOUNT/.cascade/versions/kv/<name>/<N>` for versions, `MOUNT/.cascade/stats.json`
+ * for statistics, `MOUNT/.cascade/pins.json` for the pinned files, and plain reads for warmup (the store
+ * promotes a block into DRAM after a disk read).
  *
  * Node has no xattr API: the native addon's getxattr/setxattr do it (one system call each); without the
  * addon, getfattr/setfattr from the Debian package "attr" (installed by scripts/setup.sh; ~0.2 s per
@@ -13,7 +14,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readMountTable, resolveMountpoint } from './mounts';
 import { MiB } from '../store/constants';
-import { CascadeError, type ErrorCode } from '../store/errors';
+import { CascadeError, isCascadeError, type ErrorCode } from '../store/errors';
 import type { StoreStats } from '../store/store';
 import { nativeBinding, type NativeBinding } from '../native';
 
@@ -21,7 +22,20 @@ export const MOUNT_FS_TYPE = 'fuse.cascade';
 export const XATTR_PINNED = 'user.cascade.pinned';
 export const XATTR_SHA256 = 'user.cascade.sha256';
 export const XATTR_TIER = 'user.cascade.tier';
+/** Write-only: 1 drops the file's content from DRAM (fs/cascade-fs.ts). */
+export const XATTR_EVICT = 'user.cascade.evict';
 const STATS_REL = path.join('.cascade', 'stats.json');
+const PINS_REL = path.join('.cascade', 'pins.json');
+/** A pins.json larger than this is refused (the daemon lists at most 65,536 files: about 10 MiB). */
+const PINS_FILE_MAX_BYTES = 64 * MiB;
+/**
+ * How long evict retries a file that a reader holds in DRAM (EBUSY): FUSE sends a reader's release
+ * after its close() has returned, so a file read and closed just before is still held for a moment.
+ */
+const EVICT_BUSY_WAIT_MS = 1000;
+const EVICT_BUSY_POLL_MS = 20;
+/** Pinned files a walk of MOUNT/kv lists at most (as pins.json does); past it, it counts them. */
+const PINS_WALK_LISTED_MAX = 65_536;
 const VERSIONS_REL = path.join('.cascade', 'versions', 'kv');
 /** Warmup reads in pieces of this size into one reused buffer (FUSE splits them further). */
 const WARMUP_READ_BYTES = 1 * MiB;
@@ -232,6 +246,7 @@ const STRERROR_CODES: Record<string, ErrorCode> = {
   'Permission denied': 'EACCES',
   'No space left on device': 'ENOSPC',
   'Is a directory': 'EISDIR',
+  'Device or resource busy': 'EBUSY',
 };
 
 /** The strerror at the end of the first line of an attr tool's stderr (`tool: PATH: strerror`). */
@@ -350,12 +365,17 @@ function readCascadeXattrs(f: MountFile): { pinned: boolean; sha256: string; tie
 
 /** The tier of each path (undefined: no committed content, or gone), in as few getfattr calls as argv allows. */
 export function readTiers(paths: string[]): Map<string, string | undefined> {
+  return readXattrOf(paths, XATTR_TIER);
+}
+
+/** One xattr of each path (undefined: no committed content, or gone), in as few getfattr calls as argv allows. */
+function readXattrOf(paths: string[], name: string): Map<string, string | undefined> {
   const out = new Map<string, string | undefined>();
   const x = nativeXattrs();
   if (x) {
     for (const p of paths) {
       try {
-        out.set(p, x.getxattr(p, XATTR_TIER).toString('utf8'));
+        out.set(p, x.getxattr(p, name).toString('utf8'));
       } catch (e) {
         if ((e as { code?: string }).code === 'ENOTCONN') throw daemonGone(p);
         out.set(p, undefined); // no committed content, or gone
@@ -371,10 +391,10 @@ export function readTiers(paths: string[]): Map<string, string | undefined> {
       batch.push(paths[i++]);
     }
     // Exit status 1 when any path has no value: the others are still on stdout.
-    const r = runAttrTool('getfattr', ['--absolute-names', '-n', XATTR_TIER, '-e', 'text', '--', ...batch]);
+    const r = runAttrTool('getfattr', ['--absolute-names', '-n', name, '-e', 'text', '--', ...batch]);
     if (/Transport endpoint is not connected/.test(r.stderr)) throw daemonGone(batch[0]);
     const parsed = parseGetfattr(r.stdout);
-    for (const p of batch) out.set(p, parsed.get(p)?.get(XATTR_TIER));
+    for (const p of batch) out.set(p, parsed.get(p)?.get(name));
   }
   return out;
 }
@@ -413,22 +433,25 @@ export function statPath(f: MountFile): PathStat {
   }
 }
 
-/** Pins (never evicted from memory; bounded by the mount's pin quota) or unpins a file. */
-export function setPinned(f: MountFile, pinned: boolean): void {
-  let strerror: string;
+/** Sets an xattr of a file: undefined when it worked, else the strerror text of the failure. */
+function trySetXattr(f: MountFile, name: string, value: string): string | undefined {
   const x = nativeXattrs();
   if (x) {
     try {
-      x.setxattr(f.path, XATTR_PINNED, Buffer.from(pinned ? '1' : '0'));
-      return;
+      x.setxattr(f.path, name, Buffer.from(value));
+      return undefined;
     } catch (e) {
-      strerror = nativeStrerror(e);
+      return nativeStrerror(e);
     }
-  } else {
-    const r = runAttrTool('setfattr', ['-n', XATTR_PINNED, '-v', pinned ? '1' : '0', '--', f.path]);
-    if (r.status === 0) return;
-    strerror = lastStrerror(r.stderr);
   }
+  const r = runAttrTool('setfattr', ['-n', name, '-v', value, '--', f.path]);
+  return r.status === 0 ? undefined : lastStrerror(r.stderr);
+}
+
+/** Pins (never evicted from memory; bounded by the mount's pin quota) or unpins a file. */
+export function setPinned(f: MountFile, pinned: boolean): void {
+  const strerror = trySetXattr(f, XATTR_PINNED, pinned ? '1' : '0');
+  if (strerror === undefined) return;
   switch (STRERROR_CODES[strerror]) {
     case 'EDQUOT':
       throw new CascadeError('EDQUOT', `${f.path}: pinning it would exceed the pin quota (see pinned in \`cascade stats\`; mount with a larger --pin-quota)`);
@@ -439,6 +462,152 @@ export function setPinned(f: MountFile, pinned: boolean): void {
     default:
       throw xattrError(f, strerror, pinned ? 'pin' : 'unpin');
   }
+}
+
+export interface EvictResult {
+  path: string;
+  /** The tier the file's content was in before and after: dram, then disk, when it was evicted. */
+  tierBefore: string;
+  tierAfter: string;
+  evicted: boolean;
+}
+
+/**
+ * Drops a file's content from the mount's DRAM (user.cascade.evict); it stays on disk and the next
+ * read loads it again. EPERM when it is pinned; EBUSY when a reader still holds it in DRAM after
+ * EVICT_BUSY_WAIT_MS (a file open on the native engine reads the DRAM copy directly).
+ */
+export async function evictFile(f: MountFile): Promise<EvictResult> {
+  const tierBefore = readCascadeXattrs(f).tier;
+  const deadline = Date.now() + EVICT_BUSY_WAIT_MS;
+  for (;;) {
+    const strerror = trySetXattr(f, XATTR_EVICT, '1');
+    if (strerror === undefined) break;
+    const code = STRERROR_CODES[strerror];
+    if (code === 'EBUSY' && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, EVICT_BUSY_POLL_MS));
+      continue;
+    }
+    switch (code) {
+      case 'EPERM':
+        // The daemon's answer for a pinned file; the kernel's for a caller who may not write it.
+        if (readCascadeXattrs(f).pinned) throw new CascadeError('EPERM', `${f.path} is pinned; unpin it first (cascade unpin ${f.path})`);
+        throw xattrError(f, strerror, 'evict');
+      case 'EBUSY':
+        throw new CascadeError('EBUSY', `${f.path} is held in DRAM by a reader (a file open on the native engine, or a same-node client); close it, then evict`);
+      case 'EOPNOTSUPP':
+        throw new CascadeError('EOPNOTSUPP', `${f.path}: this mount's daemon cannot evict (it predates ${XATTR_EVICT}); remount with this version of cascade`);
+      case 'ENOENT':
+        throw new CascadeError('ENOENT', `${f.path} has no committed version to evict`);
+      default:
+        throw xattrError(f, strerror, 'evict');
+    }
+  }
+  const tierAfter = readTiers([f.path]).get(f.path) ?? 'none';
+  return { path: f.path, tierBefore, tierAfter, evicted: tierBefore === 'dram' && tierAfter !== 'dram' };
+}
+
+export interface PinnedFile {
+  path: string;
+  name: string;
+  sizeBytes: number;
+  sha256: string;
+}
+
+export interface PinsListing {
+  mount: string;
+  /** The store's figures: distinct pinned blocks (one block may be the content of several files), their bytes, the quota. */
+  pinned: { blocks: number; bytes: number; quotaBytes: number };
+  /** The files whose current content is pinned, in name order. */
+  files: PinnedFile[];
+  /** How many files are pinned: more than `files` holds when truncated. */
+  total: number;
+  truncated: boolean;
+}
+
+/** The first `maxBytes` of a file, refusing a larger one (a virtual file is sized by its daemon). */
+function readFileBounded(file: string, maxBytes: number): Buffer {
+  const fd = fs.openSync(file, 'r');
+  try {
+    const chunks: Buffer[] = [];
+    let total = 0;
+    for (;;) {
+      const chunk = Buffer.allocUnsafe(WARMUP_READ_BYTES);
+      const n = fs.readSync(fd, chunk, 0, chunk.length, null);
+      if (n === 0) return Buffer.concat(chunks, total);
+      total += n;
+      if (total > maxBytes) throw new CascadeError('EIO', `${file} is over ${maxBytes} bytes`);
+      chunks.push(chunk.subarray(0, n));
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * The pinned files of a mount and its pin quota, from MOUNT/.cascade/pins.json: the daemon renders it
+ * from the store's pins (~8 us a name, nothing with no pins), where a walk of MOUNT/kv costs a
+ * getxattr through FUSE per file (~150 us: 15 s for 100k files). A daemon without pins.json (older
+ * than this client) is walked instead.
+ */
+export async function listPins(mount: string): Promise<PinsListing> {
+  const file = path.join(mount, PINS_REL);
+  let text: string;
+  try {
+    text = readFileBounded(file, PINS_FILE_MAX_BYTES).toString('utf8');
+  } catch (e) {
+    if (isCascadeError(e)) throw e;
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return walkPins(mount);
+    throw fsError(e, file);
+  }
+  let parsed: { pinned?: PinsListing['pinned']; files?: Array<{ name: string; sizeBytes: number; sha256: string }>; total?: number; truncated?: boolean };
+  try {
+    parsed = JSON.parse(text) as typeof parsed;
+  } catch (e) {
+    throw new CascadeError('EIO', `${file}: not JSON (${e instanceof Error ? e.message : String(e)})`);
+  }
+  if (!parsed.pinned || !Array.isArray(parsed.files) || typeof parsed.total !== 'number') throw new CascadeError('EIO', `${file}: no pinned, files and total in it`);
+  const files = parsed.files.map((f) => ({ path: path.join(mount, 'kv', ...f.name.split('/')), name: f.name, sizeBytes: f.sizeBytes, sha256: f.sha256 }));
+  return { mount, pinned: parsed.pinned, files, total: parsed.total, truncated: parsed.truncated === true };
+}
+
+/**
+ * listPins for a daemon without pins.json: every file under MOUNT/kv, a directory at a time, its
+ * user.cascade.pinned read through FUSE (slow: see listPins). Memory stays bounded by the pins listed.
+ */
+export async function walkPins(mount: string, maxFiles = PINS_WALK_LISTED_MAX): Promise<PinsListing> {
+  const files: PinnedFile[] = [];
+  let total = 0;
+  const visit = (dir: string): void => {
+    let entries: fs.Dirent[];
+    try {
+      entries = fs.readdirSync(dir, { withFileTypes: true });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return; // removed meanwhile
+      throw fsError(e, dir);
+    }
+    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const here = entries.filter((e) => e.isFile()).map((e) => path.join(dir, e.name));
+    const pinned = readXattrOf(here, XATTR_PINNED);
+    for (const p of here) {
+      if (pinned.get(p) !== '1') continue;
+      total++;
+      if (files.length >= maxFiles) continue;
+      const rel = path.relative(path.join(mount, 'kv'), p);
+      const sha256 = readXattrOf([p], XATTR_SHA256).get(p);
+      let sizeBytes: number;
+      try {
+        sizeBytes = fs.statSync(p).size;
+      } catch {
+        continue; // removed meanwhile
+      }
+      if (sha256 !== undefined) files.push({ path: p, name: rel.split(path.sep).join('/'), sizeBytes, sha256 });
+    }
+    for (const e of entries) if (e.isDirectory()) visit(path.join(dir, e.name));
+  };
+  visit(path.join(mount, 'kv'));
+  const { pinned } = await readStats(mount);
+  return { mount, pinned, files, total, truncated: total > files.length };
 }
 
 /** The retained versions, oldest first, from the versions tree. */
@@ -493,11 +662,18 @@ export async function readStats(mount: string): Promise<MountStats> {
   return parsed as MountStats;
 }
 
+/** A file warmup reads, and the mount it is in. */
+export interface WarmupFile {
+  path: string;
+  sizeBytes: number;
+  mount: string;
+}
+
 /** Files under the targets (directories recursively, in name order), without duplicates. */
-export function collectFiles(targets: MountTarget[]): { path: string; sizeBytes: number }[] {
-  const files: { path: string; sizeBytes: number }[] = [];
+export function collectFiles(targets: MountTarget[]): WarmupFile[] {
+  const files: WarmupFile[] = [];
   const seen = new Set<string>();
-  const visit = (p: string): void => {
+  const visit = (p: string, mount: string): void => {
     const st = statOrThrow(p);
     if (st.isDirectory()) {
       let names: string[];
@@ -506,19 +682,61 @@ export function collectFiles(targets: MountTarget[]): { path: string; sizeBytes:
       } catch (e) {
         throw fsError(e, p);
       }
-      for (const n of names) visit(path.join(p, n));
+      for (const n of names) visit(path.join(p, n), mount);
     } else if (st.isFile() && !seen.has(p)) {
       seen.add(p);
-      files.push({ path: p, sizeBytes: st.size });
+      files.push({ path: p, sizeBytes: st.size, mount });
     }
   };
   for (const t of targets) {
     const top = t.rel.split(path.sep)[0];
     // The versions and at trees would read every old version into DRAM: only the live files count.
     if (top === '.cascade') throw new CascadeError('EINVAL', `${t.path}: warmup takes files or directories under ${path.join(t.mount, 'kv')}, not the virtual .cascade tree`);
-    visit(t.rel === '' ? path.join(t.mount, 'kv') : t.path);
+    visit(t.rel === '' ? path.join(t.mount, 'kv') : t.path, t.mount);
   }
   return files;
+}
+
+/** Warmup of more than a mount's free DRAM: what it would load, and what the mount has. */
+export interface DramShortfall {
+  mount: string;
+  /** Bytes of the files warmup reads in this mount. */
+  totalBytes: number;
+  /** Of them, bytes not in DRAM already; undefined where totalBytes alone is over the DRAM tier. */
+  loadBytes?: number;
+  freeBytes: number;
+  capacityBytes: number;
+}
+
+/**
+ * The mounts whose free DRAM (stats.json) the warmup of `files` would exceed: loading more evicts other
+ * blocks, and past the DRAM tier's size not all of these stay. Costs one stats read per mount, and a
+ * getxattr per file only where the total is over the free bytes but within the tier (then the files
+ * already in DRAM are not counted as loads).
+ */
+export async function dramShortfalls(files: WarmupFile[]): Promise<DramShortfall[]> {
+  const byMount = new Map<string, WarmupFile[]>();
+  for (const f of files) {
+    const list = byMount.get(f.mount);
+    if (list) list.push(f);
+    else byMount.set(f.mount, [f]);
+  }
+  const out: DramShortfall[] = [];
+  for (const [mount, mine] of byMount) {
+    const totalBytes = mine.reduce((sum, f) => sum + f.sizeBytes, 0);
+    const dram = (await readStats(mount)).tiers.find((t) => t.name === 'dram');
+    if (dram === undefined) continue;
+    const freeBytes = Math.max(0, dram.capacityBytes - dram.usedBytes);
+    if (totalBytes <= freeBytes) continue;
+    if (totalBytes > dram.capacityBytes) {
+      out.push({ mount, totalBytes, freeBytes, capacityBytes: dram.capacityBytes });
+      continue;
+    }
+    const tiers = readTiers(mine.map((f) => f.path));
+    const loadBytes = mine.filter((f) => tiers.get(f.path) !== 'dram').reduce((sum, f) => sum + f.sizeBytes, 0);
+    if (loadBytes > freeBytes) out.push({ mount, totalBytes, loadBytes, freeBytes, capacityBytes: dram.capacityBytes });
+  }
+  return out;
 }
 
 /**
@@ -526,7 +744,11 @@ export function collectFiles(targets: MountTarget[]): { path: string; sizeBytes:
  * into DRAM, then waits for its mover to finish and reports the tiers the files are in.
  */
 export async function warmup(targets: MountTarget[], onProgress?: (p: WarmupProgress) => void): Promise<WarmupResult> {
-  const files = collectFiles(targets);
+  return warmupFiles(collectFiles(targets), onProgress);
+}
+
+/** warmup() of files already listed (collectFiles). */
+export async function warmupFiles(files: WarmupFile[], onProgress?: (p: WarmupProgress) => void): Promise<WarmupResult> {
   const totalBytes = files.reduce((s, f) => s + f.sizeBytes, 0);
   const progress: WarmupProgress = { files: 0, totalFiles: files.length, bytes: 0, totalBytes };
   const read: string[] = [];

@@ -11,7 +11,7 @@ import { defaultDataDir } from '../../mount/defaults';
 import { Store } from '../../store/store';
 import { formatBytes, parseSize } from '../../mount/size';
 import { rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
-import type { PathStat } from '../../mount/client';
+import { walkPins, type PathStat, type PinsListing } from '../../mount/client';
 import { canMount, CLI, Daemon, isMounted } from './daemon';
 
 
@@ -127,6 +127,50 @@ describe('cascade CLI (direct data-directory access)', function () {
     const usage = cascade(['frobnicate']);
     assert.equal(usage.code, 2);
     assert.match(usage.stderr, /--help/);
+  });
+
+  it('pins --data DIR lists the names whose content is pinned, and the quota', () => {
+    const pins = () => json<{ dataDir: string; pinned: { blocks: number; bytes: number; quotaBytes: number }; files: { name: string; sizeBytes: number; sha256: string }[]; total: number }>(cascade(['pins', ...common, '--json']));
+    assert.deepEqual(pins().files, []);
+    assert.equal(cascade(['put', 'llama/p/x', '-', ...common], Buffer.from('pinned prefix')).code, 0);
+    assert.equal(cascade(['pin', 'llama/p/x', ...common]).code, 0);
+    const listed = pins();
+    assert.deepEqual(listed.files, [{ name: 'llama/p/x', sizeBytes: 13, sha256: sha256(Buffer.from('pinned prefix')) }]);
+    assert.deepEqual([listed.total, listed.pinned.blocks, listed.pinned.bytes, listed.pinned.quotaBytes], [1, 1, 13, 16 * 2 ** 20], 'half of --dram 32M');
+    const text = cascade(['pins', ...common]).stdout.toString();
+    assert.match(text, /^pinned: 1 file\(s\), 1 block\(s\), 13 B of a 16\.0 MiB quota \(0\.0%\)\nNAME\tBYTES\tSHA256\nllama\/p\/x\t13\t[0-9a-f]{64}\n$/);
+    assert.equal(cascade(['unpin', 'llama/p/x', ...common]).code, 0);
+    assert.deepEqual(pins().files, []);
+    assert.equal(cascade(['pins', 'somewhere', ...common]).code, 2, 'a PATH with --data is a usage error');
+  });
+
+  it("each command's --help lists its own options only, with real defaults; usage errors exit 2", () => {
+    const help = (cmd: string[]) => {
+      const r = cascade([...cmd, '--help']);
+      assert.equal(r.code, 0, r.stderr);
+      return r.stdout.toString();
+    };
+    const unmount = help(['unmount']);
+    assert.doesNotMatch(unmount, /--dram|--data|--json/, 'mount and direct-access options are not unmount\'s');
+    assert.match(unmount, /--wait/);
+    const pin = help(['pin']);
+    assert.doesNotMatch(pin, /\[default: \[\]\]/, 'a required list has no default');
+    assert.match(pin, /\[array\] \[required\]/);
+    const mount = help(['mount']);
+    assert.match(mount, /--keep-versions\s+versions kept per file name\s+\[number\] \[default: 8\]/);
+    assert.doesNotMatch(mount, /the store default/);
+    assert.match(mount, /--dram\s+DRAM tier size, e\.g\. 512M, 8G\s+\[string\] \[default: \d+M \(a quarter of memory/);
+    assert.doesNotMatch(mount, /--json/);
+    assert.match(help(['stat']), /--dram\s+with --data: [^[]*\[string\] \[default: 256M\]/);
+    for (const cmd of ['evict', 'warmup', 'mounts', 'unmount']) assert.doesNotMatch(help([cmd]), /--data/, `${cmd} takes no --data`);
+    assert.match(help(['pins']), /--data/);
+    assert.match(help(['warmup']), /--from/);
+    assert.doesNotMatch(help(['fsck']), /--dram/);
+    for (const args of [['unmount', '/nowhere', '--dram', '1G'], ['stat', 'x', '--dram', '1G'], ['warmup'], ['evict'], ['warmup', 'x', '--data', dir], ['fsck', '--dram', '1G']]) {
+      const r = cascade(args);
+      assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+      assert.match(r.stderr, /--help/);
+    }
   });
 
   it('runs the demo and reports dedup savings', () => {
@@ -309,3 +353,168 @@ describe('cascade CLI on a mount (real FUSE mount)', function () {
     assert.match(meta.stderr, /not the virtual \.cascade tree/);
   });
 });
+
+// ---- pins, evict and warmup --from on a real mount, on each FUSE engine ----
+
+/** Both engines, unless CASCADE_ENGINE names one (a run of the suite for one engine). */
+const ENGINES_UNDER_TEST = process.env.CASCADE_ENGINE === 'native' || process.env.CASCADE_ENGINE === 'fuse-native' ? [process.env.CASCADE_ENGINE] : ['native', 'fuse-native'];
+
+interface StatsJson {
+  tiers: { name: string; usedBytes: number; capacityBytes: number }[];
+  evictions: number;
+}
+
+for (const engine of ENGINES_UNDER_TEST) {
+  describe(`cascade pins, evict, warmup --from on a mount (engine ${engine})`, function () {
+    this.timeout(120_000);
+    let root: string;
+    let mnt: string;
+    let daemon: Daemon | undefined;
+    const file = (rel: string) => path.join(mnt, 'kv', 'llama', ...rel.split('/'));
+    const write = (rel: string, data: Buffer) => {
+      fs.mkdirSync(path.dirname(file(rel)), { recursive: true });
+      fs.writeFileSync(file(rel), data);
+      return file(rel);
+    };
+    const stats = () => json<StatsJson>(cascade(['stats', '--mount', mnt, '--json']));
+
+    before(async function () {
+      if (!canMount(['fusermount', 'getfattr'])) this.skip();
+      root = tmpDir(`cli-ops-${engine}`);
+      mnt = path.join(root, 'mnt');
+      fs.mkdirSync(mnt);
+      daemon = new Daemon(mnt, path.join(root, 'data'), ['--engine', engine, '--dram', '32M', '--pin-quota', '4M']);
+      await daemon.start();
+    });
+    after(async function () {
+      if (!daemon) return;
+      await daemon.stop();
+      assert.equal(isMounted(mnt), false, 'nothing left mounted');
+      rmDir(root);
+    });
+
+    it('pins lists exactly the pinned files (path, size, sha256) and the pin quota in use', async () => {
+      const prompt = seededBytes(200, 100_000);
+      const other = seededBytes(201, 50_000);
+      const p0 = write('pins/p0.bin', prompt);
+      const p1 = write('pins/p1.bin', prompt); // the same content: pinning p0 pins it too
+      const p2 = write('pins/p2.bin', other);
+      const u = write('pins/u.bin', seededBytes(202, 30_000));
+      const pins = () => json<PinsListing>(cascade(['pins', '--mount', mnt, '--json']));
+      assert.deepEqual(pins(), { mount: mnt, pinned: { blocks: 0, bytes: 0, quotaBytes: 4 * 2 ** 20 }, files: [], total: 0, truncated: false });
+
+      assert.equal(cascade(['pin', p0, p2]).code, 0);
+      const listed = pins();
+      const entry = (p: string, data: Buffer) => ({ path: p, name: path.relative(path.join(mnt, 'kv'), p), sizeBytes: data.length, sha256: sha256(data) });
+      assert.deepEqual(listed.files, [entry(p0, prompt), entry(p1, prompt), entry(p2, other)]);
+      assert.deepEqual([listed.total, listed.truncated, listed.pinned], [3, false, { blocks: 2, bytes: 150_000, quotaBytes: 4 * 2 ** 20 }]);
+      // Exactly the files stat calls pinned.
+      const pinnedByStat = [p0, p1, p2, u].filter((f) => json<StatJson>(cascade(['stat', f, '--json'])).pinned);
+      assert.deepEqual(listed.files.map((f) => f.path), pinnedByStat);
+
+      const text = cascade(['pins', path.join(mnt, 'kv', 'llama')]);
+      assert.equal(text.code, 0, text.stderr);
+      assert.equal(
+        text.stdout.toString(),
+        `pinned: 3 file(s), 2 block(s), ${formatBytes(150_000)} of a 4.0 MiB quota (3.6%)\nPATH\tBYTES\tSHA256\n` +
+          listed.files.map((f) => `${f.path}\t${f.sizeBytes}\t${f.sha256}\n`).join(''),
+      );
+      assert.deepEqual(json<PinsListing>(cascade(['pins', '--json'], undefined, path.dirname(p0))).files, listed.files, 'the mount of the current directory');
+      // The walk a daemon without pins.json gets finds the same.
+      const walked = await walkPins(mnt);
+      assert.deepEqual([walked.files, walked.total, walked.pinned], [listed.files, 3, listed.pinned]);
+
+      assert.equal(cascade(['unpin', p1]).code, 0); // unpins the content: p0 and p1
+      assert.deepEqual(pins().files.map((f) => f.path), [p2]);
+      assert.equal(cascade(['unpin', p2]).code, 0);
+      assert.deepEqual(pins().files, []);
+    });
+
+    it('evict drops a file from DRAM (tier dram -> disk, one eviction more); it still reads byte-exact', () => {
+      const data = seededBytes(210, 2 * 1024 * 1024 + 7);
+      const f = write('ev/e0.bin', data);
+      assert.equal(getfattr(f, 'user.cascade.tier'), 'dram');
+      const before = stats();
+      const r = cascade(['evict', f]);
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(r.stdout.toString(), `evicted ${f} (dram -> disk)\n`);
+      assert.equal(getfattr(f, 'user.cascade.tier'), 'disk', 'no longer in DRAM');
+      const after = stats();
+      assert.ok(after.evictions >= before.evictions + 1, `evictions ${before.evictions} -> ${after.evictions}`);
+      const dram = (s: StatsJson) => s.tiers.find((t) => t.name === 'dram')!.usedBytes;
+      assert.ok(dram(after) <= dram(before) - data.length, `DRAM in use ${dram(before)} -> ${dram(after)}`);
+      assert.ok(fs.readFileSync(f).equals(data), 'reads back byte-exact from disk');
+      assert.equal(spawnSync('sha256sum', [f]).stdout.toString().split(' ')[0], sha256(data));
+
+      const again = json<{ path: string; evicted: boolean; tierBefore: string; tierAfter: string }[]>(cascade(['evict', '--mount', mnt, 'llama/ev/e0.bin', '--json']));
+      assert.deepEqual([again.length, again[0].path, again[0].tierAfter], [1, f, 'disk'], 'a name under --mount; whatever the read promoted is gone again');
+    });
+
+    it('evict of a pinned file is refused with a clear message and exit 1; the other files are still evicted', () => {
+      const pinned = write('ev/k0.bin', seededBytes(220, 300_000));
+      const plain = write('ev/k1.bin', seededBytes(221, 300_000));
+      assert.equal(cascade(['pin', pinned]).code, 0);
+      const r = cascade(['evict', pinned, plain]);
+      assert.equal(r.code, 1);
+      assert.equal(r.stderr, `cascade: EPERM: ${pinned} is pinned; unpin it first (cascade unpin ${pinned})\n`);
+      assert.equal(r.stdout.toString(), `evicted ${plain} (dram -> disk)\n`);
+      assert.equal(getfattr(pinned, 'user.cascade.tier'), 'dram', 'the pinned file stays in DRAM');
+      assert.equal(getfattr(plain, 'user.cascade.tier'), 'disk');
+      const typo = cascade(['evict', plain, path.join(path.dirname(plain), 'nope.bin')]);
+      assert.equal(typo.code, 1);
+      assert.match(typo.stderr, /^cascade: ENOENT: .*nope\.bin: no such file/);
+      assert.equal(cascade(['unpin', pinned]).code, 0);
+      assert.equal(cascade(['evict', pinned]).code, 0, 'unpinned, it goes');
+      assert.equal(getfattr(pinned, 'user.cascade.tier'), 'disk');
+    });
+
+    it('evict while a reader has the file open: the reader still reads byte-exact', () => {
+      const data = seededBytes(230, 3 * 1024 * 1024);
+      const f = write('ev/open.bin', data);
+      const fd = fs.openSync(f, 'r');
+      try {
+        const head = Buffer.alloc(4096);
+        assert.equal(fs.readSync(fd, head, 0, head.length, 0), head.length);
+        const r = cascade(['evict', f]);
+        // Freed under the reader (its reads fall back to disk), or refused while the reader holds the DRAM copy.
+        if (r.code !== 0) assert.match(r.stderr, /^cascade: EBUSY: .* is held in DRAM by a reader/);
+        const rest = Buffer.alloc(data.length);
+        let n = 0;
+        for (let got; (got = fs.readSync(fd, rest, n, rest.length - n, n)) > 0; ) n += got;
+        assert.equal(n, data.length);
+        assert.ok(rest.equals(data), 'the open reader reads the same bytes');
+      } finally {
+        fs.closeSync(fd);
+      }
+    });
+
+    it('warmup --from FILE and --from - load the listed files; one warning line when they exceed free DRAM, and it goes on', () => {
+      const files = Array.from({ length: 6 }, (_, i) => write(`warm/w${i}.bin`, seededBytes(240 + i, 6 * 1024 * 1024)));
+      assert.equal(cascade(['evict', ...files]).code, 0);
+      for (const f of files) assert.equal(getfattr(f, 'user.cascade.tier'), 'disk');
+
+      const small = path.join(root, 'small.list');
+      fs.writeFileSync(small, `${files[0]}\r\n\n  \n${files[1]}\n`); // CRLF and blank lines
+      const r = cascade(['warmup', '--from', small, '--json']);
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal(r.stderr, '', '12 MiB fits the free DRAM: no warning');
+      const out = JSON.parse(r.stdout.toString()) as { files: number; inDram: number; bytes: number };
+      assert.deepEqual([out.files, out.inDram, out.bytes], [2, 2, 12 * 1024 * 1024]);
+
+      // 36 MiB listed, 24 of them on disk: more than the 32 MiB tier.
+      const big = cascade(['warmup', '--from', '-', files[5], '--json'], Buffer.from(files.slice(0, 5).join('\n')));
+      assert.equal(big.code, 0, big.stderr);
+      const lines = big.stderr.split('\n').filter((l) => l !== '');
+      assert.equal(lines.length, 1, big.stderr);
+      assert.match(lines[0], new RegExp(`^cascade: warning: warmup reads 36\\.0 MiB, more than the whole DRAM tier of ${mnt} \\([\\d.]+ \\S+ free of 32\\.0 MiB\\).*; going on$`));
+      assert.equal((JSON.parse(big.stdout.toString()) as { files: number }).files, 6, 'and it went on: every file was read');
+
+      const long = path.join(root, 'long.list');
+      fs.writeFileSync(long, `${files[0]}\n${'x'.repeat(5000)}\n`);
+      const bad = cascade(['warmup', '--from', long]);
+      assert.equal(bad.code, 1);
+      assert.match(bad.stderr, /^cascade: EINVAL: --from .*long\.list: line 2 is over 4096 bytes/);
+      assert.equal(cascade(['warmup', '--from', path.join(root, 'missing.list')]).code, 1);
+    });
+  });
+}

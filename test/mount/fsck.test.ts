@@ -27,11 +27,12 @@ describe('cascade fsck (CLI)', function () {
   it('clean: exit 0; meta.sqlite deleted: commands refuse naming fsck, check exits 3, --repair exits 4 and every file reads back', () => {
     const data = path.join(dir, 'data');
     const common = ['--data', data, '--dram', '32M'];
+    const fsckArgs = ['--data', data]; // fsck opens no DRAM tier: it takes no --dram
     const files = [0, 1, 2].map((i) => seededBytes(40 + i, 50_000 + i * 10_000));
     files.forEach((f, i) => assert.equal(cascade(['put', `m/f${i}`, '-', ...common], f).code, 0));
     assert.equal(cascade(['put', 'm/f0', '-', ...common], files[2]).code, 0); // a second version
 
-    const clean = cascade(['fsck', ...common]);
+    const clean = cascade(['fsck', ...fsckArgs]);
     assert.equal(clean.code, 0, clean.stderr);
     assert.match(clean.stdout.toString(), /result: clean/);
 
@@ -40,12 +41,12 @@ describe('cascade fsck (CLI)', function () {
     assert.equal(refused.code, 1);
     assert.match(refused.stderr, /ECORRUPT: .*missing.*run `cascade fsck --repair --data /);
 
-    const check = cascade(['fsck', '--json', ...common]);
+    const check = cascade(['fsck', '--json', ...fsckArgs]);
     assert.equal(check.code, 3, check.stderr);
     const report = JSON.parse(check.stdout.toString()) as { metadata: { state: string }; problems: string[] };
     assert.equal(report.metadata.state, 'missing');
 
-    const fixed = cascade(['fsck', '--repair', ...common]);
+    const fixed = cascade(['fsck', '--repair', ...fsckArgs]);
     assert.equal(fixed.code, 4, fixed.stdout.toString() + fixed.stderr);
     assert.match(fixed.stdout.toString(), /replayed 4 journal entries .*complete: exact/);
     files.forEach((f, i) => {
