@@ -903,7 +903,9 @@ export class Store {
       if (this.pinned.has(sha)) throw pinnedError();
       const holds = this.dramHolds.get(sha);
       if (holds !== undefined) throw new CascadeError('EBUSY', `${name} is held in DRAM by ${holds} open reader(s) that read its memory directly; close them first`);
-      if (!this.evictable(sha)) throw new CascadeError('EBUSY', `${name} is not durable outside DRAM yet; try again`);
+      // Dirty again already (written meanwhile), or in a cluster a copy borrowed from another node's
+      // DRAM, which goes by itself a second after its last read.
+      if (!this.evictable(sha)) throw new CascadeError('EBUSY', `${name} has no durable copy outside this node's DRAM right now; try again in a second`);
       await this.evict(sha);
       return true;
     });
