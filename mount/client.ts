@@ -494,7 +494,7 @@ export async function evictFile(f: MountFile): Promise<EvictResult> {
         if (readCascadeXattrs(f).pinned) throw new CascadeError('EPERM', `${f.path} is pinned; unpin it first (cascade unpin ${f.path})`);
         throw xattrError(f, strerror, 'evict');
       case 'EBUSY':
-        throw new CascadeError('EBUSY', `${f.path} is held in DRAM by a reader (a file open on the native engine, or a same-node client); close it, then evict`);
+        throw new CascadeError('EBUSY', `${f.path} is held in DRAM by a reader (a file open on the native engine, or a same-node client), or has no copy on disk yet; close its readers, then evict again`);
       case 'EOPNOTSUPP':
         throw new CascadeError('EOPNOTSUPP', `${f.path}: this mount's daemon cannot evict (it predates ${XATTR_EVICT}); remount with this version of cascade`);
       case 'ENOENT':
