@@ -268,6 +268,27 @@ describe('native engine: real mounts', function () {
     fs.closeSync(fd);
   });
 
+  it('ioctl on a file is ENOTTY, answered in C++ (isatty from every Python open is no trip into JS)', async () => {
+    const mnt = await start('ioctl', ['--engine', 'native']);
+    const f = path.join(mnt, 'kv', 'm', 'x');
+    fs.writeFileSync(f, 'x');
+    const before = stats(mnt).engine;
+    const py = spawnSync('python3', ['-c', `
+import errno, fcntl, os, sys, termios
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for _ in range(20):
+    try:
+        fcntl.ioctl(fd, termios.TCGETS, bytes(64)); print('no error'); sys.exit(1)
+    except OSError as e:
+        if e.errno != errno.ENOTTY: print(e); sys.exit(1)
+print(os.isatty(fd))
+`, f], { encoding: 'utf8' });
+    assert.equal(py.status, 0, py.stdout + py.stderr);
+    assert.equal(py.stdout.trim(), 'False');
+    const after = stats(mnt).engine;
+    assert.ok((after.forwarded as number) - (before.forwarded as number) < 10, `21 ioctls, ${(after.forwarded as number) - (before.forwarded as number)} requests reached JS`);
+  });
+
   it('native writes: WRITEs land in the arena and are hashed in C++ (none reach JS); the committed block is the staged one', async () => {
     const mnt = await start('writes', ['--engine', 'native', '--dram', '256M']);
     const f = path.join(mnt, 'kv', 'm', 'w');

@@ -1,11 +1,13 @@
 #include "session.h"
 
+#include <chrono>
+
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <spawn.h>
-#include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -121,11 +123,6 @@ Status Session::Mount(const SessionOptions& options, Forward forward, OnInit onI
     s->arenaBase_ = m->base();
     s->arenaLength_ = m->lengthBytes();
   }
-  s->stopFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (s->stopFd_ < 0) {
-    *error = Errno("eventfd");
-    return Status::kIo;
-  }
   if (geteuid() != 0) {
     // Not root: fusermount mounts; the session unmounts with fusermount -u too (the JS side does).
     Status st = FusermountFd(options, &s->fd_, error);
@@ -138,14 +135,10 @@ Status Session::Mount(const SessionOptions& options, Forward forward, OnInit onI
       return Status::kIo;
     }
   }
-  // Non-blocking: several workers wake for one request, and the ones that lose the race must go back
-  // to poll (EAGAIN), where the stop eventfd reaches them. A blocking read would hold a worker until
-  // the next request, so stopping (which joins the workers) could wait forever with the kernel holding
-  // a request nobody answers (issue 14: the shutdown that hung).
-  if (fcntl(s->fd_, F_SETFL, fcntl(s->fd_, F_GETFL) | O_NONBLOCK) != 0) {
-    *error = Errno("fcntl O_NONBLOCK on /dev/fuse");
-    return Status::kIo;
-  }
+  // Blocking reads, no poll(): a reader blocked in read() waits exclusively, so the kernel wakes one
+  // worker per request (poll() would wake every worker for each one: on 2 cores that cost a third of
+  // the lookup rate). Stopping interrupts the reads with kWakeSignal (Unmount).
+  InstallWakeHandler();
   if (geteuid() != 0) {
     s->bufferBytes_ = std::max<size_t>(FUSE_MIN_READ_BUFFER, options.maxPages * kPageBytes + kPageBytes);
     for (unsigned i = 0; i < options.threads; i++) s->workers_.emplace_back([p = s.get()] { p->Worker(); });
@@ -171,23 +164,40 @@ Status Session::Mount(const SessionOptions& options, Forward forward, OnInit onI
   return Status::kOk;
 }
 
+namespace {
+void WakeHandler(int) {}  // only interrupts a blocked read(): no SA_RESTART
+}  // namespace
+
+int Session::WakeSignal() { return SIGRTMIN + kWakeSignalOffset; }
+
+void Session::InstallWakeHandler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_handler = WakeHandler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;
+    sigaction(WakeSignal(), &sa, nullptr);
+  });
+}
+
 Session::~Session() { Unmount(); }
 
 void Session::Unmount() {
   if (unmounted_.exchange(true)) return;
   stopping_.store(true);
   if (mounted_) umount2(options_.mountpoint.c_str(), MNT_DETACH);  // fails harmlessly if already gone
-  if (stopFd_ >= 0) {
-    const uint64_t one = 1;
-    ssize_t n = write(stopFd_, &one, sizeof one);
-    (void)n;
+  // A worker blocked in read() returns EINTR on the signal and sees stopping_. One may be between its
+  // check and its read when a signal comes, so signal until every worker has left its loop.
+  while (exitedWorkers_.load() < workers_.size()) {
+    for (auto& t : workers_) pthread_kill(t.native_handle(), WakeSignal());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   for (auto& t : workers_) t.join();
   workers_.clear();
   // The last close of the connection's fd aborts it: requests of files still open fail with ENOTCONN.
   if (fd_ >= 0) close(fd_);
-  if (stopFd_ >= 0) close(stopFd_);
-  fd_ = stopFd_ = -1;
+  fd_ = -1;
   // No worker runs now: native opens give their arena pages back.
   std::lock_guard<std::mutex> lock(nativeMutex_);
   for (auto& [fh, open] : nativeOpens_) options_.arena->Unhold(open.hold);
@@ -196,19 +206,10 @@ void Session::Unmount() {
 
 void Session::Worker() {
   std::unique_ptr<uint8_t[]> buffer(new uint8_t[bufferBytes_]);
-  struct pollfd fds[2] = {{fd_, POLLIN, 0}, {stopFd_, POLLIN, 0}};
   while (!stopping_.load()) {
-    const int ready = poll(fds, 2, -1);
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (fds[1].revents != 0) break;
-    if ((fds[0].revents & (POLLERR | POLLHUP)) != 0) break;
-    if ((fds[0].revents & POLLIN) == 0) continue;
     const ssize_t n = read(fd_, buffer.get(), bufferBytes_);
     if (n < 0) {
-      // EAGAIN: another worker took it; ENOENT: interrupted before we read it; ENODEV: unmounted.
+      // EINTR: the stop signal (or another); ENOENT: interrupted before we read it; ENODEV: unmounted.
       if (errno == EINTR || errno == EAGAIN || errno == ENOENT) continue;
       break;
     }
@@ -216,6 +217,7 @@ void Session::Worker() {
     requests_.fetch_add(1, std::memory_order_relaxed);
     Handle(buffer.get(), static_cast<size_t>(n));
   }
+  exitedWorkers_.fetch_add(1);
 }
 
 void Session::Handle(uint8_t* message, size_t lengthBytes) {
@@ -255,6 +257,11 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
     case FUSE_WRITE:
       if (ServeWrite(message, lengthBytes)) return;
       break;
+    case FUSE_IOCTL:
+      // No ioctl is implemented: answer as a plain file does, here. Python's open() asks isatty()
+      // (TCGETS) of every file it opens, so this was one JS trip per file created.
+      ReplyError(in->unique, ENOTTY);
+      return;
     case FUSE_FLUSH: {
       if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_flush_in)) {
         const uint64_t fh = reinterpret_cast<const fuse_flush_in*>(message + sizeof(fuse_in_header))->fh;

@@ -43,6 +43,9 @@ constexpr int kReplyIovMax = 1024;                // IOV_MAX
 constexpr uint64_t kNativeHandleBase = uint64_t{1} << 40;
 constexpr size_t kNativeOpensMax = 1 << 20;       // opens answered natively at once
 constexpr size_t kTouchedMax = 1 << 16;           // arena blocks opened natively, not yet told to JS
+// Stopping interrupts the workers' blocking reads with SIGRTMIN + this (a no-op handler, no SA_RESTART;
+// glibc keeps the first real-time signals below SIGRTMIN, and Node and libuv use none of these).
+constexpr int kWakeSignalOffset = 7;
 
 struct SessionOptions {
   std::string mountpoint;
@@ -147,6 +150,8 @@ class Session {
  private:
   Session(const SessionOptions& options, Forward forward, OnInit onInit);
   void Worker();
+  static int WakeSignal();
+  static void InstallWakeHandler();
   void Handle(uint8_t* message, size_t lengthBytes);
   void HandleInit(const uint8_t* message, size_t lengthBytes);
   bool ServeRead(const uint8_t* message, size_t lengthBytes);
@@ -163,7 +168,6 @@ class Session {
   const Forward forward_;
   const OnInit onInit_;
   int fd_ = -1;
-  int stopFd_ = -1;  // eventfd: wakes the workers' poll() at shutdown
   bool mounted_ = false;
   std::unique_ptr<Mapping> arenaMapping_;  // arenaFd's mapping, when the arena itself was not given
   const uint8_t* arenaBase_ = nullptr;
@@ -171,6 +175,7 @@ class Session {
   std::unique_ptr<Stager> stager_;
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
+  std::atomic<size_t> exitedWorkers_{0};  // workers that left their loop (Unmount signals until all did)
   std::atomic<bool> unmounted_{false};
   size_t bufferBytes_ = 0;
 
