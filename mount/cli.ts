@@ -911,7 +911,7 @@ export function buildCli(argv: string[]) {
             choices: ENGINES,
             default: process.env.CASCADE_ENGINE ?? 'auto',
             describe:
-              'native: Cascade speaks FUSE itself on /dev/fuse (1 MiB requests, worker threads, reads served from shared memory without JS; as root through mount(2), otherwise through fusermount); fuse-native: libfuse 2 through fuse-native (128 KiB requests, every request in JS); auto: native where it can run, else fuse-native, and says which (default: $CASCADE_ENGINE, else auto)',
+              'native: Cascade speaks FUSE itself on /dev/fuse (requests up to 4 MiB as fs.fuse.max_pages_limit allows, worker threads, reads served from shared memory without JS; as root through mount(2), otherwise through fusermount); fuse-native: libfuse 2 through fuse-native (128 KiB requests, every request in JS); auto: native where it can run, else fuse-native, and says which (default: $CASCADE_ENGINE, else auto)',
           })
           .option('passthrough', {
             type: 'boolean',

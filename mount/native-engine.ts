@@ -1,6 +1,6 @@
 /**
  * The native FUSE engine's TypeScript half (issue 6). native/src/engine speaks the FUSE protocol on
- * /dev/fuse with worker threads and 1 MiB requests; it answers INIT and the READs of handles whose
+ * /dev/fuse with worker threads and requests of up to 4 MiB; it answers INIT and the READs of handles whose
  * version is held in the DRAM arena by itself, and hands everything else here as raw messages. This
  * file only translates: it decodes a request (mount/fuse-proto.ts), calls the matching CascadeFsOps
  * method, and replies; errors become errnos through mount/errno.ts, the one translation table.
