@@ -75,6 +75,11 @@ export interface NativeArenaBinding {
   name(handle: number, sha256: string): void;
   /** SHA-256 (hex) of a live block's bytes, hashed on a worker thread. */
   sha256Async(handle: number): Promise<string>;
+  /**
+   * Read the block's whole size from `fd` at `fileOffsetBytes` into it on a worker thread, hashing as
+   * the bytes land; resolves to their SHA-256 (hex). EIO on a read error or a file that ends early.
+   */
+  fillFromFileAsync(handle: number, fd: number, fileOffsetBytes: number): Promise<string>;
   /** Unmap (after copies in flight finish). Later calls throw EBADF. */
   close(): void;
 }
@@ -396,4 +401,4 @@ export interface NativeBinding {
 }
 
 /** The ABI this TypeScript expects; a binding built from other sources is refused at load. */
-export const NATIVE_ABI_VERSION = 6;
+export const NATIVE_ABI_VERSION = 7;

@@ -1288,9 +1288,27 @@ export class Store {
    * dram.write right after makeRoom said yes: false when a concurrent write took the room in between
    * (ENOSPC), so the caller writes through to disk instead of failing the put (seen under 8 writers).
    */
-  private async dramWriteRaced(sha: string, data: Uint8Array): Promise<boolean> {
+  /**
+   * For a block on this node's disk (and not in the GPU tier): a loader that reads it from its segment
+   * straight into its DRAM slot, hashing on a worker thread (NativeArenaTier + DiskSegmentTier with the
+   * real I/O); undefined where the block must come through a buffer (loadFromDisk).
+   */
+  private nativeDiskLoad(sha: string, sizeBytes: number): (() => Promise<void>) | undefined {
+    const dram = this.dram;
+    const disk = this.disk;
+    const arena = dram instanceof NativeArenaTier ? dram.arenaBinding() : undefined;
+    if (arena === undefined || !(disk instanceof DiskSegmentTier) || !disk.readsWith() || !disk.has(sha) || this.gpu?.has(sha)) return undefined;
+    return () =>
+      (dram as NativeArenaTier).adopt(sha, sizeBytes, async (handle) => {
+        await disk.readWith(sha, (fd, payloadOffsetBytes) => arena.fillFromFileAsync(handle, fd, payloadOffsetBytes));
+        return sha; // readWith checked the bytes' SHA-256
+      });
+  }
+
+  private async dramWriteRaced(sha: string, data: Uint8Array | (() => Promise<void>)): Promise<boolean> {
     try {
-      await this.dram.write(sha, data);
+      if (typeof data === 'function') await data();
+      else await this.dram.write(sha, data);
       return true;
     } catch (e) {
       if (!isCascadeError(e, 'ENOSPC')) throw e;
@@ -1873,7 +1891,8 @@ export class Store {
       return;
     }
     if (tryRemote && (await this.fetchRemote(sha, sizeBytes, reading))) return;
-    const data = (this.gpu?.has(sha) ? await this.gpuCopy(sha, sizeBytes) : undefined) ?? (await this.loadFromDisk(sha, sizeBytes));
+    const native = this.nativeDiskLoad(sha, sizeBytes);
+    const data = native ? undefined : ((this.gpu?.has(sha) ? await this.gpuCopy(sha, sizeBytes) : undefined) ?? (await this.loadFromDisk(sha, sizeBytes)));
     for (let attempt = 0; ; attempt++) {
       if (!(await this.makeRoom(sizeBytes))) {
         // Room may be held by blocks waiting for the flusher: let it finish, then try once more.
@@ -1882,7 +1901,7 @@ export class Store {
           throw new CascadeError('ENOSPC', `no room in DRAM for ${sizeBytes} bytes (pinned: ${this.pinnedBytes})`);
         }
       }
-      if (await this.dramWriteRaced(sha, data)) break;
+      if (await this.dramWriteRaced(sha, data ?? native!)) break;
       if (attempt >= MAKE_ROOM_ROUNDS_MAX) throw new CascadeError('ENOSPC', `no room in DRAM for ${sizeBytes} bytes: concurrent writes keep taking it`);
     }
     if (!this.disk.has(sha)) this.sharedClean.add(sha);

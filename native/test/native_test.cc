@@ -331,6 +331,31 @@ void TestIo() {
   EXPECT(PreadFully(fd, out.data(), 1, 0, &n, &err) == Status::kIo && err == EBADF);
 }
 
+// FillFromFile: a block read from a file offset (a record's payload) lands whole, hashed as it does;
+// a file that ends early is an I/O error, not a short block.
+void TestFillFromFile() {
+  Arena* a = OpenArena(16 << 20, 64 * 1024);
+  const int fd = ShmFd();
+  std::vector<uint8_t> data(3 * 1000 * 1000 + 123);
+  Pattern(&data, 21);
+  int err = 0;
+  EXPECT(PwriteFully(fd, data.data(), data.size(), 8192, &err) == Status::kOk);
+  std::string want;
+  EXPECT(Sha256Hex(data.data(), data.size(), &want) == Status::kOk);
+  uint64_t h = 0;
+  EXPECT(a->Allocate(data.size(), &h) == Status::kOk);
+  std::string hex, why;
+  EXPECT(a->FillFromFile(h, fd, 8192, &hex, &why) == Status::kOk && hex == want);
+  std::vector<uint8_t> back(data.size());
+  uint64_t n = 0;
+  EXPECT(a->Read(h, 0, back.data(), back.size(), &n) == Status::kOk && n == data.size() && back == data);
+  EXPECT(a->FillFromFile(h, fd, 8192 + 4096, &hex, &why) == Status::kIo && !why.empty());  // ends early
+  EXPECT(a->Free(h) == Status::kOk);
+  EXPECT(a->FillFromFile(h, fd, 8192, &hex, &why) == Status::kStale);
+  close(fd);
+  delete a;
+}
+
 }  // namespace
 
 // Content names and remote holds (what a fabric peer uses): a held block freed meanwhile keeps its
@@ -718,6 +743,7 @@ int main() {
   TestFreeRacingReads();
   TestSha256();
   TestIo();
+  TestFillFromFile();
   TestMetaTable();
   if (failures > 0) {
     fprintf(stderr, "native tests: %d of %llu check(s) failed\n", failures, checks.load());

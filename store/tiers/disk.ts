@@ -402,6 +402,40 @@ export class DiskSegmentTier implements Tier {
     }
   }
 
+  /**
+   * Whether readWith() may be used: only with the real I/O, since fault injection (store/faults.ts)
+   * must see every read.
+   */
+  readsWith(): boolean {
+    return this.io === realDiskIo;
+  }
+
+  /**
+   * Read a whole block by handing its payload's place to `fill` (the DRAM tier's native reader, which
+   * lands the bytes in their final memory and hashes them on the way: no buffer, no second copy), with
+   * read()'s checks: the header against the index, the bytes' SHA-256 against the key (ECORRUPT).
+   */
+  async readWith(key: string, fill: (fd: number, payloadOffsetBytes: number) => Promise<string>): Promise<void> {
+    this.checkOpen();
+    assert(this.readsWith(), 'readWith only with the real disk I/O');
+    const loc = this.index.get(key);
+    if (!loc) throw new CascadeError('ENOENT', `block ${key} is not on disk`);
+    const seg = loc.segment;
+    seg.readers++;
+    try {
+      const header = Buffer.alloc(RECORD_HEADER_BYTES);
+      await readFully(seg.fd, header, loc.offsetBytes, this.io).catch((e: unknown) => Promise.reject(readFailed(seg.file, e)));
+      const h = decodeHeader(header);
+      if (typeof h === 'string' || h.sha256 !== key || h.sizeBytes !== loc.sizeBytes) {
+        throw this.corrupt(key, loc, typeof h === 'string' ? h : 'header does not match the index');
+      }
+      const got = await fill(seg.fd, loc.offsetBytes + RECORD_ALIGN_BYTES).catch((e: unknown) => Promise.reject(readFailed(seg.file, e)));
+      if (got !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
+    } finally {
+      seg.readers--;
+    }
+  }
+
   delete(key: string): Promise<void> {
     this.checkOpen();
     const loc = this.index.get(key);

@@ -6,6 +6,7 @@ import { Store, type StoreConfig } from '../../store/store';
 import type { Tier } from '../../store/tier';
 import { MemoryTier } from '../../store/tiers/memory';
 import { DiskSegmentTier, realDiskIo, type DiskIo } from '../../store/tiers/disk';
+import { NativeArenaTier } from '../../store/tiers/native-dram';
 import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from './helpers';
 import { nativeBinding } from '../../native';
 
@@ -327,6 +328,44 @@ describe('Store', function () {
     store = await open(dir, { log: () => undefined });
     await rejectsWith(() => store.get('m/c'), 'ECORRUPT');
     await rejectsWith(() => store.get('m/c'), 'EIO'); // quarantined: in no tier now
+    await store.close();
+  });
+
+  it('a block loaded from disk into the native arena is read straight into its slot and hashed there; a damaged one is never served', async function () {
+    if (!nativeBinding()) this.skip();
+    const dir = newDir();
+    const native = { dram: 'native' as const, dramCapacityBytes: 32 * MiB, log: () => undefined };
+    let store = await open(dir, native);
+    const data = seededBytes(91, 5 * MiB + 77);
+    const small = seededBytes(92, 3000);
+    await store.put('m/big', data);
+    await store.put('m/small', small);
+    await store.close();
+    store = await open(dir, native); // DRAM starts empty: both blocks are on disk only
+    const arena = (store.dram as NativeArenaTier).arenaBinding()!;
+    let fills = 0;
+    const fill = arena.fillFromFileAsync.bind(arena);
+    // The binding's methods are read-only on its prototype: shadow this one on the instance.
+    Object.defineProperty(arena, 'fillFromFileAsync', { value: (h: number, fd: number, off: number) => (fills++, fill(h, fd, off)) });
+    for (const [name, bytes] of [['m/big', data], ['m/small', small]] as const) {
+      const hold = await store.holdInDram(await store.resolve(name));
+      hold.release();
+      assert.equal((await store.stat(name)).tier, 'dram');
+      assert.ok((await store.get(name)).equals(bytes), `${name} byte-exact`);
+    }
+    assert.equal(fills, 2, 'both loads went straight into the arena');
+    await store.close();
+
+    // One flipped payload byte: the load fails its SHA-256 check, nothing is kept or served.
+    const seg = fs.readdirSync(path.join(dir, 'segments')).find((f) => f.endsWith('.log'))!;
+    const fd = fs.openSync(path.join(dir, 'segments', seg), 'r+');
+    fs.writeSync(fd, Buffer.from([data[4 * MiB] ^ 0x01]), 0, 1, RECORD_ALIGN_BYTES + 4 * MiB);
+    fs.closeSync(fd);
+    store = await open(dir, native);
+    await rejectsWith(async () => (await store.holdInDram(await store.resolve('m/big'))).release(), 'ECORRUPT');
+    assert.notEqual((await store.stat('m/big')).tier, 'dram');
+    await rejectsWith(() => store.get('m/big'), 'EIO'); // quarantined: in no tier now
+    assert.ok((await store.get('m/small')).equals(small), 'its neighbour is intact');
     await store.close();
   });
 

@@ -118,7 +118,7 @@ void InitMapping(Napi::Env env, Napi::Object exports) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("abiVersion", Napi::Number::New(env, 6));  // 6: getxattr, setxattr, listxattr
+  exports.Set("abiVersion", Napi::Number::New(env, 7));  // 7: Arena.fillFromFileAsync
   exports.Set("features", Features(env));
   InitArena(env, exports);
   InitHashIo(env, exports);

@@ -50,7 +50,7 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
                         InstanceMethod("describe", &ArenaWrap::Describe), InstanceMethod("stats", &ArenaWrap::Stats),
                         InstanceMethod("region", &ArenaWrap::Region), InstanceMethod("close", &ArenaWrap::Close),
                         InstanceMethod("name", &ArenaWrap::Name), InstanceMethod("sha256Async", &ArenaWrap::Sha256Async),
-                        InstanceMethod("fits", &ArenaWrap::Fits)});
+                        InstanceMethod("fits", &ArenaWrap::Fits), InstanceMethod("fillFromFileAsync", &ArenaWrap::FillFromFileAsync)});
   }
 
   // The arena for a Fabric to register; null when closed.
@@ -181,6 +181,9 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
 
   // sha256Async(handle): the block's SHA-256 (hex), hashed on a worker thread.
   Napi::Value Sha256Async(const Napi::CallbackInfo& info);
+  // fillFromFileAsync(handle, fd, fileOffsetBytes): read the block's bytes from the file into it on a
+  // worker thread, hashing them as they land; resolves to the SHA-256 (hex) of what was read.
+  Napi::Value FillFromFileAsync(const Napi::CallbackInfo& info);
 
   Napi::Value Describe(const Napi::CallbackInfo& info) {
     Arena* a = Open(info);
@@ -295,6 +298,46 @@ Napi::Value ArenaWrap::Sha256Async(const Napi::CallbackInfo& info) {
   uint64_t handle;
   if (a == nullptr || !ArgU64(info, 0, "handle", &handle)) return info.Env().Undefined();
   auto* worker = new ArenaHashWorker(info.Env(), this, a, handle);
+  worker->Keep(info.This());
+  inFlight_++;
+  worker->Queue();
+  return worker->Promise();
+}
+
+class ArenaFillWorker : public PromiseWorker {
+ public:
+  ArenaFillWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle, int fd, uint64_t fileOffsetBytes)
+      : PromiseWorker(env, "cascade.arena.fillFromFile"), owner_(owner), arena_(arena), handle_(handle), fd_(fd), fileOffsetBytes_(fileOffsetBytes) {}
+  void Execute() override {
+    std::string why;
+    status_ = arena_->FillFromFile(handle_, fd_, fileOffsetBytes_, &hex_, &why);
+    if (status_ != Status::kOk) message_ = "arena: cannot fill block " + std::to_string(handle_) + (why.empty() ? "" : ": " + why);
+  }
+
+ protected:
+  Napi::Value Result() override { return Napi::String::New(Env(), hex_); }
+  void Settled() override { owner_->CopyDone(); }
+
+ private:
+  ArenaWrap* owner_;
+  Arena* arena_;
+  uint64_t handle_;
+  int fd_;
+  uint64_t fileOffsetBytes_;
+  std::string hex_;
+};
+
+Napi::Value ArenaWrap::FillFromFileAsync(const Napi::CallbackInfo& info) {
+  Arena* a = Open(info);
+  uint64_t handle, fd, offset;
+  if (a == nullptr || !ArgU64(info, 0, "handle", &handle) || !ArgU64(info, 1, "fd", &fd) || !ArgU64(info, 2, "fileOffsetBytes", &offset)) {
+    return info.Env().Undefined();
+  }
+  if (fd > 0x7fffffff) {
+    ThrowCode(info.Env(), "EINVAL", "fd must be an open file descriptor");
+    return info.Env().Undefined();
+  }
+  auto* worker = new ArenaFillWorker(info.Env(), this, a, handle, static_cast<int>(fd), offset);
   worker->Keep(info.This());
   inFlight_++;
   worker->Queue();

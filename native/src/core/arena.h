@@ -121,6 +121,10 @@ class Arena {
   Status Keep(uint64_t handle, ArenaHold* hold);
   // SHA-256 (lowercase hex) of a live block's bytes.
   Status Hash(uint64_t handle, std::string* hex);
+  // Fill a live block with its size in bytes read from fd at fileOffsetBytes (a record's payload in a
+  // segment file), hashing as the bytes land: one copy (page cache -> arena) instead of a buffer, a
+  // copy and a hash on the JS thread. kIo on a read error or a short file (errno in *error).
+  Status FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, std::string* hex, std::string* error);
 
   // Whether Allocate(sizeBytes) would find room now.
   bool Fits(uint64_t sizeBytes);
