@@ -362,7 +362,7 @@ export class CascadeDaemon {
 
   /** Log lines other than the expected mount / shutdown chatter (errors the daemon reported). */
   unexpectedLogLines(): string[] {
-    // Lines are `TIME LEVEL cascade: ...` (mount/log.ts): the mount's life is at INFO.
+    // Lines are `TIME LEVEL cascade: ...` (mount/daemon/log.ts): the mount's life is at INFO.
     const expected = /^(?:\S+ INFO +)?cascade: (mounted |received |unmounted |.*shutting down)/;
     return readTail(this.layout.logFile, 1 << 20)
       .split('\n')

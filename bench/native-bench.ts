@@ -158,7 +158,7 @@ async function runTrial(t: Trial): Promise<Sample[]> {
       });
     case 'client-read':
       return withDaemon(true, '1G', async (d) => {
-        const { LocalClient } = await import('../mount/local-client');
+        const { LocalClient } = await import('../mount/socket/client');
         const file = path.join(d.mnt, 'kv', 'bench', 'c');
         fs.mkdirSync(path.dirname(file), { recursive: true });
         const data = randomBytes(t.sizeBytes);

@@ -133,7 +133,7 @@ async function main(job: ReaderJob): Promise<void> {
   if (job.kind === 'rename-race') return renameRace(job, port);
   const redis = job.kind === 'redis' ? new Redis({ port: job.port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null }) : undefined;
   await redis?.connect();
-  const client = job.kind === 'cascade-client' ? await (await import('../mount/local-client')).LocalClient.connect(job.mountpoint!) : undefined;
+  const client = job.kind === 'cascade-client' ? await (await import('../mount/socket/client')).LocalClient.connect(job.mountpoint!) : undefined;
   const target = readTarget(job.sizeBytes);
   let last: Uint8Array = target.subarray(0, 0);
   await handshake(port);

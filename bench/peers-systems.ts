@@ -5,7 +5,7 @@
  * trial process: a private tmpfs, a directory on the disk, bindfs (C FUSE, libfuse2) over either, a
  * redis-server on a free loopback port driven by ioredis, h5py in a python3 child process, and Cascade
  * mounted by `node dist/mount/cli.js mount` as a child: with each of its two FUSE engines (named
- * explicitly, never `auto`), and with reads through its same-node client (mount/local-client.ts).
+ * explicitly, never `auto`), and with reads through its same-node client (mount/socket/client.ts).
  *
  * Everything a trial makes lives under its scratch directory (trialLayout), and every daemon's pid goes
  * into the layout's pid file, so the driver can sweep after a crash.
@@ -16,7 +16,7 @@ import * as net from 'node:net';
 import * as path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { Redis } from 'ioredis';
-import type { LocalClient } from '../mount/local-client';
+import type { LocalClient } from '../mount/socket/client';
 import { MiB } from '../store/constants';
 import { clockMs, dropPageCache, FUSE_CACHE_EXPIRY_MS, readTarget, readWhole, residentBytes, sha256Hex, writeWhole } from './common';
 import {
@@ -484,7 +484,7 @@ function logText(logFile: string): string {
 /** The engine the daemon says it mounted with: `cascade: mounted MNT (engine DESCRIPTION, data ...)`, the last one. */
 function mountedEngine(logFile: string): string | null {
   const text = logText(logFile);
-  // Log lines are `TIME LEVEL cascade: ...` (mount/log.ts).
+  // Log lines are `TIME LEVEL cascade: ...` (mount/daemon/log.ts).
   const all = [...text.matchAll(/^(?:\S+ INFO +)?cascade: mounted .* \(engine (.*), data /gm)];
   return all.length > 0 ? all[all.length - 1][1] : null;
 }
@@ -563,7 +563,7 @@ async function openCascadeMount(ctx: SystemContext, variant: CascadeVariant): Pr
   });
   if (!variant.client) return sys;
 
-  const { LocalClient: Client } = await import('../mount/local-client');
+  const { LocalClient: Client } = await import('../mount/socket/client');
   /** Connected before any timed region (and again after a restart). */
   const connected = async () => (client ??= await Client.connect(layout.mountDir));
   const rel = (key: string) => `kv/bench/${key}.bin`;

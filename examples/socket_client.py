@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Read KV blocks through Cascade's same-node socket: no FUSE request and no copy in the daemon.
 
-The protocol of mount/local-server.ts (what mount/local-client.ts does in TypeScript), in plain Python:
+The protocol of mount/socket/server.ts (what mount/socket/client.ts does in TypeScript), in plain Python:
 
 1. MOUNT/.cascade/client.json says where the daemon is:
        {"protocol": 1, "socket": "@cascade-<pid>-<hex>", "pid": N, "arenaFd": N, "arenaBytes": N}

@@ -1,6 +1,6 @@
 /**
  * The filesystem layer's interface, as the FUSE engines see it: path-based operations that resolve to
- * values or throw CascadeError with a symbolic code. No errno numbers here; mount/errno.ts translates.
+ * values or throw CascadeError with a symbolic code. No errno numbers here; mount/engine/errno.ts translates.
  * Paths are absolute within the mount ('/', '/kv/<model>/...', '/.cascade/...').
  */
 import type { DramHold } from '../store/store';
@@ -105,7 +105,7 @@ export interface CascadeFsOps {
   listxattr(path: string): Promise<string[]>;
   removexattr(path: string, name: string, caller?: Caller): Promise<void>;
   /**
-   * Same-node clients (mount/local-server.ts): the version a read-only open of `path` would read, held
+   * Same-node clients (mount/socket/server.ts): the version a read-only open of `path` would read, held
    * in the shared DRAM arena until release(). Optional: a filesystem without a shared arena omits it.
    */
   holdForClient?(path: string): Promise<DramHold>;

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `cascade` command: `mount` and `unmount` for the FUSE filesystem; stat, versions, pin, unpin,
- * stats and warmup on a mounted Cascade (through files and xattrs only: mount/client.ts); direct access
+ * stats and warmup on a mounted Cascade (through files and xattrs only: mount/cli/mounted.ts); direct access
  * to a data directory with --data (put, get, stat, versions, pin, unpin, stats); and `demo`, the main
  * job of the quick start.
  */
@@ -37,10 +37,10 @@ import {
   type EvictResult,
   type MountStats,
   type WarmupProgress,
-} from './client';
-import { defaultDataDir, defaultDramBytes, ENGINES, type EngineChoice } from './defaults';
-import { formatBytes, parseSize } from './size';
-import { createDaemonLog, LOG_LEVELS, type LogLevel } from './log';
+} from './cli/mounted';
+import { defaultDataDir, defaultDramBytes, ENGINES, type EngineChoice } from './daemon/defaults';
+import { formatBytes, parseSize } from './cli/size';
+import { createDaemonLog, LOG_LEVELS, type LogLevel } from './daemon/log';
 
 /** --data and --dram of the commands that open a data directory themselves. */
 interface DirectArgs {
@@ -400,7 +400,7 @@ async function mount(args: MountArgs): Promise<void> {
   const daemonLog = createDaemonLog(level as LogLevel, args.logFile);
   try {
     // Loaded here, not at the top: only mount/unmount need fuse-native (and the system libfuse).
-    const { runMount } = await import('./main');
+    const { runMount } = await import('./daemon/main');
     await runMount({ ...options, log: daemonLog.log });
   } finally {
     daemonLog.close();
@@ -532,7 +532,7 @@ function backgroundLogFile(mnt: string): string {
  * (exit 1). What a batch job wants: `srun --ntasks-per-node=1 cascade mount -d ...`, then the job.
  */
 async function mountInBackground(args: MountArgs): Promise<void> {
-  const { mountEntry, resolveMountpoint } = await import('./mounts');
+  const { mountEntry, resolveMountpoint } = await import('./engine/mounts');
   const mnt = resolveMountpoint(args.mountpoint, false);
   const logFile = path.resolve(args.logFile ?? backgroundLogFile(mnt));
   // The same command in the foreground, writing to stderr, which is the log file.
@@ -593,7 +593,7 @@ async function readMountStats(mnt: string): Promise<Record<string, unknown> | un
 
 /** `cascade mounts`: the Cascade mounts of this host, their daemons and their DRAM. */
 async function listMounts(args: { json: boolean }): Promise<void> {
-  const { readMountTable } = await import('./mounts');
+  const { readMountTable } = await import('./engine/mounts');
   const rows: Array<{ mountpoint: string; answering: boolean; pid?: number; dataDir?: string; mountedAtMs?: number; engine?: string; dram?: { usedBytes: number; capacityBytes: number } }> = [];
   for (const e of readMountTable().filter((m) => m.fsType === 'fuse.cascade')) {
     const s = await readMountStats(e.target);
@@ -624,7 +624,7 @@ async function listMounts(args: { json: boolean }): Promise<void> {
 }
 
 async function unmount(mountpoint: string, wait = true): Promise<void> {
-  const { fusermountUnmount, mountEntry, resolveMountpoint } = await import('./fuse-engine');
+  const { fusermountUnmount, mountEntry, resolveMountpoint } = await import('./engine/fuse-native');
   // The parent-only form first: stat of the mountpoint itself would hang if its daemon hangs.
   let mnt = resolveMountpoint(mountpoint, false);
   let entry = mountEntry(mnt);
@@ -653,7 +653,7 @@ async function unmount(mountpoint: string, wait = true): Promise<void> {
   process.stderr.write(`cascade: unmounted ${mnt}; its daemon (pid ${pid}) persisted its data and exited\n`);
 }
 
-// ---- commands on a mounted Cascade (mount/client.ts) ----
+// ---- commands on a mounted Cascade (mount/cli/mounted.ts) ----
 
 /** --mount, for the commands that work on a mount; exclusive with --data, which means direct access. */
 function formatTime(timeMs: number): string {

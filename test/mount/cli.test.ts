@@ -7,11 +7,11 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { defaultDataDir } from '../../mount/defaults';
+import { defaultDataDir } from '../../mount/daemon/defaults';
 import { Store } from '../../store/store';
-import { formatBytes, parseSize } from '../../mount/size';
+import { formatBytes, parseSize } from '../../mount/cli/size';
 import { rmDir, seededBytes, sha256, tmpDir } from '../store/helpers';
-import { walkPins, type PathStat, type PinsListing } from '../../mount/client';
+import { walkPins, type PathStat, type PinsListing } from '../../mount/cli/mounted';
 import { canMount, CLI, Daemon, isMounted } from './daemon';
 
 

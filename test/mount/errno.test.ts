@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { constants } from 'node:os';
-import { errnoOf, ERROR_CODES, toErrno } from '../../mount/errno';
+import { errnoOf, ERROR_CODES, toErrno } from '../../mount/engine/errno';
 import { CascadeError, type ErrorCode } from '../../store/errors';
 
 const E = constants.errno;

@@ -11,8 +11,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { CascadeFsOps, FileAttr, FsStatfs, Handle, DirEntry } from '../../fs/types';
-import { FuseNativeEngine, mountEntry, packStat, resolveMountpoint } from '../../mount/fuse-engine';
-import { runMount } from '../../mount/main';
+import { FuseNativeEngine, mountEntry, packStat, resolveMountpoint } from '../../mount/engine/fuse-native';
+import { runMount } from '../../mount/daemon/main';
 import { CascadeError } from '../../store/errors';
 import type { Store } from '../../store/store';
 
@@ -622,7 +622,7 @@ describe('mount/fuse-engine: mount lifecycle', function () {
 
   it('clears a stale mount left by a daemon killed with SIGKILL', async () => {
     const script = [
-      `const { FuseNativeEngine } = require(${JSON.stringify(path.join(__dirname, '..', '..', 'mount', 'fuse-engine.js'))});`,
+      `const { FuseNativeEngine } = require(${JSON.stringify(path.join(__dirname, '..', '..', 'mount', 'engine', 'fuse-native.js'))});`,
       "const root = { mode: 0o40755, sizeBytes: 0, nlink: 2, uid: 0, gid: 0, mtimeMs: 0, ctimeMs: 0, atimeMs: 0, ino: 1 };",
       "const ops = new Proxy({}, { get: (_, op) => async (p) => { if (op === 'getattr' && p === '/') return root; if (op === 'readdir') return []; throw new Error('unsupported'); } });",
       "FuseNativeEngine.mount(process.argv[1], ops).then(() => process.stdout.write('mounted\\n'), (e) => { console.error(e); process.exit(1); });",

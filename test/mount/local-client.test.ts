@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { LocalClient, LocalClientError } from '../../mount/local-client';
+import { LocalClient, LocalClientError } from '../../mount/socket/client';
 import { nativeBinding } from '../../native';
 import { canMount, Daemon } from './daemon';
 

@@ -8,7 +8,7 @@ import * as net from 'node:net';
 import { spawnSync } from 'node:child_process';
 import type { Caller } from '../../fs/access';
 import type { FileAttr } from '../../fs/types';
-import { LOCAL_HOLDS_PER_USER_MAX, LocalServer } from '../../mount/local-server';
+import { LOCAL_HOLDS_PER_USER_MAX, LocalServer } from '../../mount/socket/server';
 import { CascadeError } from '../../store/errors';
 import type { DramHold } from '../../store/store';
 

@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import * as P from '../../mount/fuse-proto';
+import * as P from '../../mount/engine/fuse-proto';
 import { nativeBinding } from '../../native';
 import { canMount, Daemon } from './daemon';
 

@@ -5,7 +5,7 @@
 import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { CascadeError } from '../store/errors';
+import { CascadeError } from '../../store/errors';
 
 export interface MountTableEntry {
   source: string;

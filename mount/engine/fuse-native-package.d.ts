@@ -1,5 +1,5 @@
 /**
- * Types for the parts of fuse-native 2.2 (which ships none) that mount/fuse-engine.ts uses, written
+ * Types for the parts of fuse-native 2.2 (which ships none) that mount/engine/fuse-native.ts uses, written
  * from its index.js and fuse-native.c. Every callback takes a status first: 0 or a negative errno;
  * it must be a number (null/undefined makes the native side throw or abort).
  */

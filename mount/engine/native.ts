@@ -2,8 +2,8 @@
  * The native FUSE engine's TypeScript half (issue 6). native/src/engine speaks the FUSE protocol on
  * /dev/fuse with worker threads and requests of up to 4 MiB; it answers INIT and the READs of handles whose
  * version is held in the DRAM arena by itself, and hands everything else here as raw messages. This
- * file only translates: it decodes a request (mount/fuse-proto.ts), calls the matching CascadeFsOps
- * method, and replies; errors become errnos through mount/errno.ts, the one translation table.
+ * file only translates: it decodes a request (mount/engine/fuse-proto.ts), calls the matching CascadeFsOps
+ * method, and replies; errors become errnos through mount/engine/errno.ts, the one translation table.
  *
  * Unlike libfuse's high-level API, operations name inodes (node ids), which this adapter maps to
  * paths. A node keeps its path when a rename replaces the file under it, so an open that raced the
@@ -11,14 +11,14 @@
  */
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import { requireNative, type NativeFuseSessionBinding } from '../native';
-import type { NativeArenaBinding, NativeMetaTableBinding } from '../native/types';
-import type { FuseNegotiated } from '../native/types';
-import { CascadeError, isCascadeError } from '../store/errors';
-import type { DramHold } from '../store/store';
-import type { CascadeFsOps, DirEntry, FileAttr, Handle } from '../fs/types';
+import { requireNative, type NativeFuseSessionBinding } from '../../native';
+import type { NativeArenaBinding, NativeMetaTableBinding } from '../../native/types';
+import type { FuseNegotiated } from '../../native/types';
+import { CascadeError, isCascadeError } from '../../store/errors';
+import type { DramHold } from '../../store/store';
+import type { CascadeFsOps, DirEntry, FileAttr, Handle } from '../../fs/types';
 import { errnoOf, toErrno } from './errno';
-import type { RequestObserver } from './metrics';
+import type { RequestObserver } from '../daemon/metrics';
 import * as P from './fuse-proto';
 import { BackingCache, type Backing } from './passthrough';
 import { checkMountpoint, clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint } from './mounts';
@@ -47,7 +47,7 @@ export interface NativeEngineOptions {
   passthrough?: boolean;
   /** Bound on the shared-memory copies passthrough reads from (default 1 GiB). */
   passthroughCacheBytes?: number;
-  /** Told of every request JS answers (metrics: mount/metrics.ts). */
+  /** Told of every request JS answers (metrics: mount/daemon/metrics.ts). */
   observe?: RequestObserver;
   log?: (msg: string) => void;
 }

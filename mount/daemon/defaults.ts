@@ -1,7 +1,7 @@
 /** The embedded default configuration: what a bare `cascade` command uses. */
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { GiB } from '../store/constants';
+import { GiB } from '../../store/constants';
 
 /**
  * $SCRATCH (the HPC convention for fast per-user storage) when set, else the home directory; one

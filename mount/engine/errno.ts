@@ -4,7 +4,7 @@
  * fuse-native's own constants (its Fuse.ENOTSUP is undefined, and replying undefined kills the daemon).
  */
 import { constants } from 'node:os';
-import { isCascadeError, type ErrorCode } from '../store/errors';
+import { isCascadeError, type ErrorCode } from '../../store/errors';
 
 const E = constants.errno;
 

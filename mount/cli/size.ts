@@ -1,5 +1,5 @@
 /** Human sizes for the CLI: `8G`, `512M`, `64KiB`, `1.5g`, `4096`. Powers of 1024. */
-import { CascadeError } from '../store/errors';
+import { CascadeError } from '../../store/errors';
 
 const UNITS: Record<string, number> = { '': 1, b: 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 };
 

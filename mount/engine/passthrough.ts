@@ -7,7 +7,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { CascadeError } from '../store/errors';
+import { CascadeError } from '../../store/errors';
 
 export interface BackingSession {
   openBacking(fd: number): number;

@@ -16,9 +16,9 @@
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
-import { requireNative, type NativeMappingBinding } from '../native';
-import type { ClientInfo } from './local-server';
-import { LOCAL_PROTOCOL_VERSION } from './local-server';
+import { requireNative, type NativeMappingBinding } from '../../native';
+import type { ClientInfo } from './server';
+import { LOCAL_PROTOCOL_VERSION } from './server';
 
 /** Requests waiting for an answer on one client, at most. */
 export const LOCAL_CLIENT_PENDING_MAX = 1024;

@@ -6,18 +6,18 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import type * as net from 'node:net';
-import type { CascadeFsOps } from '../fs/types';
-import { Store, type StoreConfig } from '../store/store';
-import type { RemoteDramOptions } from '../store/remote';
-import { CascadeError } from '../store/errors';
-import { requireNative } from '../native';
+import type { CascadeFsOps } from '../../fs/types';
+import { Store, type StoreConfig } from '../../store/store';
+import type { RemoteDramOptions } from '../../store/remote';
+import { CascadeError } from '../../store/errors';
+import { requireNative } from '../../native';
 import type { EngineChoice } from './defaults';
-import { LocalServer } from './local-server';
-import { checkMountpoint, clearStaleMount, resolveMountpoint } from './mounts';
-import { formatBytes } from './size';
+import { LocalServer } from '../socket/server';
+import { checkMountpoint, clearStaleMount, resolveMountpoint } from '../engine/mounts';
+import { formatBytes } from '../cli/size';
 import { MountMetrics } from './metrics';
 import type { LogLine } from './log';
-import { mkdirAll } from '../store/mkdir';
+import { mkdirAll } from '../../store/mkdir';
 
 export interface MountOptions {
   mountpoint: string;
@@ -30,7 +30,7 @@ export interface MountOptions {
   diskBytes?: number;
   /** The GPU tier: pool size and device (StoreConfig.gpu); off when undefined. */
   gpu?: { capacityBytes: number; device: number };
-  /** Serve Prometheus metrics on http://host:port/metrics (mount/metrics.ts). */
+  /** Serve Prometheus metrics on http://host:port/metrics (mount/daemon/metrics.ts). */
   metrics?: { host: string; port: number };
   keepVersions?: number;
   kernelCache?: boolean;
@@ -45,7 +45,7 @@ export interface MountOptions {
    * Redis Cluster), this node's segments in `<shared>/nodes/<node>/` on the shared tier.
    */
   cluster?: { url: string; node: string; sharedDir: string; remote?: RemoteDramOptions | false };
-  /** Where the daemon's lines go; level info unless said (mount/log.ts). */
+  /** Where the daemon's lines go; level info unless said (mount/daemon/log.ts). */
   log: LogLine;
   /** Tests: stop without a signal. */
   stop?: AbortSignal;
@@ -163,7 +163,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
 
 /** The Redis metadata engine (loaded only for a cluster) and the store's cluster settings. */
 async function openCluster(c: NonNullable<MountOptions['cluster']>): Promise<Pick<StoreConfig, 'metaEngine' | 'cluster'>> {
-  const { parseRedisUrl, RedisMeta } = await import('../store/meta/redis');
+  const { parseRedisUrl, RedisMeta } = await import('../../store/meta/redis');
   const meta = await RedisMeta.connect(parseRedisUrl(c.url));
   return { metaEngine: meta, cluster: { node: c.node, sharedDir: c.sharedDir, directory: meta, remote: c.remote } };
 }
@@ -175,7 +175,7 @@ async function defaultCreateFs(
   clientInfo: () => object | undefined,
   engineInfo: () => object | undefined,
 ): Promise<CascadeFsOps> {
-  const { createCascadeFs } = await import('../fs/cascade-fs');
+  const { createCascadeFs } = await import('../../fs/cascade-fs');
   // Files belong to whoever runs the daemon; other users get what st_mode allows them.
   return createCascadeFs(store, {
     uid: process.getuid?.() ?? 0,
@@ -251,7 +251,7 @@ async function preflight(mnt: string, opts: MountOptions): Promise<void> {
     );
   }
   if (opts.engine === 'native') {
-    const { NativeFuseEngine } = await import('./native-engine');
+    const { NativeFuseEngine } = await import('../engine/native');
     const why = NativeFuseEngine.unavailable();
     if (why !== undefined) throw new CascadeError('EOPNOTSUPP', `--engine native cannot run: ${why}`);
   }
@@ -263,7 +263,7 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
   const warn = (m: string) => opts.log(`cascade: ${m}`, 'warn');
   const choice = opts.engine ?? 'auto';
   if (choice !== 'fuse-native') {
-    const { NativeFuseEngine, fuseRequestPages, REQUEST_PAGES_WANTED } = await import('./native-engine');
+    const { NativeFuseEngine, fuseRequestPages, REQUEST_PAGES_WANTED } = await import('../engine/native');
     const why = NativeFuseEngine.unavailable();
     if (why === undefined) {
       try {
@@ -296,7 +296,7 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
     }
   }
   if (opts.passthrough) log('--passthrough needs the native engine: ignored');
-  const { FuseNativeEngine } = await import('./fuse-engine');
+  const { FuseNativeEngine } = await import('../engine/fuse-native');
   const e = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, observe: metrics?.observe, log: warn });
   return { engine: e, description: 'fuse-native: libfuse 2, 128 KiB requests' };
 }

@@ -4,7 +4,7 @@
  * (include/uapi/linux/fuse.h, protocol 7.40, little-endian x86-64/arm64). Every decoder checks the
  * message is long enough and throws ProtoError otherwise (the adapter answers EIO, never crashes).
  */
-import type { DirEntry, FileAttr, FsStatfs } from '../fs/types';
+import type { DirEntry, FileAttr, FsStatfs } from '../../fs/types';
 
 export const Op = {
   LOOKUP: 1,

@@ -12,11 +12,11 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { readMountTable, resolveMountpoint } from './mounts';
-import { MiB } from '../store/constants';
-import { CascadeError, isCascadeError, type ErrorCode } from '../store/errors';
-import type { StoreStats } from '../store/store';
-import { nativeBinding, type NativeBinding } from '../native';
+import { readMountTable, resolveMountpoint } from '../engine/mounts';
+import { MiB } from '../../store/constants';
+import { CascadeError, isCascadeError, type ErrorCode } from '../../store/errors';
+import type { StoreStats } from '../../store/store';
+import { nativeBinding, type NativeBinding } from '../../native';
 
 export const MOUNT_FS_TYPE = 'fuse.cascade';
 export const XATTR_PINNED = 'user.cascade.pinned';

@@ -10,8 +10,8 @@
 import * as http from 'node:http';
 import * as os from 'node:os';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { CascadeError } from '../store/errors';
-import type { StoreStats } from '../store/store';
+import { CascadeError } from '../../store/errors';
+import type { StoreStats } from '../../store/store';
 
 /** Called once per answered request: the FUSE opcode's name, seconds from arrival to reply, the errno (0: ok). */
 export type RequestObserver = (op: string, seconds: number, errno: number) => void;

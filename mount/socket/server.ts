@@ -1,5 +1,5 @@
 /**
- * The daemon's side of the same-node client (mount/local-client.ts): a Unix socket (abstract namespace,
+ * The daemon's side of the same-node client (mount/socket/client.ts): a Unix socket (abstract namespace,
  * so nothing is left on disk) over which a local process asks for a block by path and gets where its
  * bytes lie in the shared DRAM arena. The process maps the arena read-only through
  * /proc/<daemon pid>/fd/<arena fd> (the kernel lets only a process that may ptrace the daemon open that:
@@ -23,10 +23,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import * as net from 'node:net';
-import { isCascadeError } from '../store/errors';
-import type { DramHold } from '../store/store';
-import type { FileAttr } from '../fs/types';
-import { mayRead, type Caller } from '../fs/access';
+import { isCascadeError } from '../../store/errors';
+import type { DramHold } from '../../store/store';
+import type { FileAttr } from '../../fs/types';
+import { mayRead, type Caller } from '../../fs/access';
 
 export const LOCAL_PROTOCOL_VERSION = 1;
 /** A request line longer than this closes the connection (paths are at most 4 KiB). */

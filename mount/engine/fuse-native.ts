@@ -1,7 +1,7 @@
 /**
  * The FUSE engine over fuse-native (libfuse 2.9, high-level path API): the only file that imports
  * fuse-native. A thin adapter: each FUSE op calls the matching CascadeFsOps method and replies.
- * Every handler is wrapped so that an exception or a rejection becomes an errno (mount/errno.ts),
+ * Every handler is wrapped so that an exception or a rejection becomes an errno (mount/engine/errno.ts),
  * never a crash: a dead daemon leaves every user of the mount with ENOTCONN.
  *
  * fuse-native pitfalls handled here (see shared/FACTS.md):
@@ -17,10 +17,10 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import Fuse = require('fuse-native');
-import { CascadeError } from '../store/errors';
-import type { CascadeFsOps, FileAttr, FsStatfs } from '../fs/types';
+import { CascadeError } from '../../store/errors';
+import type { CascadeFsOps, FileAttr, FsStatfs } from '../../fs/types';
 import { errnoOf, toErrno } from './errno';
-import type { RequestObserver } from './metrics';
+import type { RequestObserver } from '../daemon/metrics';
 import { checkMountpoint, clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint } from './mounts';
 
 export { clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint };
@@ -35,7 +35,7 @@ export interface FuseEngineOptions {
   kernelCache?: boolean;
   /** libfuse's per-request trace on stderr. */
   debug?: boolean;
-  /** Told of every request answered (metrics: mount/metrics.ts). */
+  /** Told of every request answered (metrics: mount/daemon/metrics.ts). */
   observe?: RequestObserver;
   log?: (msg: string) => void;
 }

@@ -6,7 +6,7 @@
  * and `grep` read it on compute nodes; metrics (--metrics) are the machine-readable side.
  */
 import * as fs from 'node:fs';
-import { CascadeError } from '../store/errors';
+import { CascadeError } from '../../store/errors';
 
 export const LOG_LEVELS = ['error', 'warn', 'info'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
