@@ -12,7 +12,9 @@
  * files of the same size: a private tmpfs, and bindfs (C libfuse) over a directory on the same disk as
  * Cascade's data.
  *
- *   node dist/bench/full-cache-bench.js [--quick]   -> bench/results/full-cache-<date>.json and a table
+ *   node dist/bench/full-cache-bench.js [--quick] [--out FILE]   -> bench/results/full-cache-<date>.json and a table
+ *
+ * `npm run bench` (peers-bench) runs it too, in a process of its own, and puts its table in its report.
  */
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -70,7 +72,7 @@ print(json.dumps([(b - a) / (stamps[b] - stamps[a]) for a, b in windows]))
   return JSON.parse(r.stdout.trim()) as number[];
 }
 
-interface Row {
+export interface Row {
   dramBytes: number;
   fileBytes: number;
   files: number;
@@ -86,8 +88,34 @@ function slotFor(fileBytes: number, pageBytes = 64 * KiB): number {
   return slabSlotBytes(fileBytes, pageBytes) ?? Math.ceil(fileBytes / pageBytes) * pageBytes;
 }
 
+/** The markdown table of a run's rows, with each goal's PASS/FAIL. */
+export function fullCacheTable(rows: Row[]): string {
+  const lines = [
+    '| --dram | file | files (DRAM holds) | cascade empty /s | cascade full /s | full ÷ empty (goal >= 0.8) | slots ÷ bytes (goal <= 2) | tmpfs /s | bindfs /s | evictions (ahead) |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const r of rows) {
+    lines.push(
+      `| ${r.dramBytes / MiB} MiB | ${r.fileBytes / KiB} KiB | ${r.files} (${r.dramHoldsFiles}) | ${r.cascade.emptyPerS.toFixed(0)} | ${r.cascade.fullPerS.toFixed(0)} | ` +
+        `${f3(r.cascade.fullOverEmpty)} ${r.pass.fullAtLeast0p8xEmpty ? 'PASS' : 'FAIL'} | ${f3(r.cascade.slotOverBlockBytes)} ${r.pass.slotsAtMost2x ? 'PASS' : 'FAIL'} | ` +
+        `${r.tmpfsPerS.toFixed(0)} | ${r.bindfsPerS.toFixed(0)} | ${r.cascade.evictions} (${r.cascade.evictionsAhead}) |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+export interface FullCacheDoc {
+  schema: string;
+  date: string;
+  wallTimeMs: number;
+  quick: boolean;
+  rows: Row[];
+}
+
 async function main(): Promise<void> {
   const quick = process.argv.includes('--quick');
+  const outAt = process.argv.indexOf('--out');
+  const outArg = outAt >= 0 ? process.argv[outAt + 1] : undefined;
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-fullbench-'));
   const rows: Row[] = [];
   const started = Date.now();
@@ -158,19 +186,9 @@ async function main(): Promise<void> {
     const doc = { schema: 'cascade-full-cache-bench/1', date: new Date().toISOString(), wallTimeMs: Date.now() - started, environment: hostEnvironment(), quick, rows };
     const outDir = path.join(__dirname, '..', '..', 'bench', 'results');
     fs.mkdirSync(outDir, { recursive: true });
-    const out = path.join(outDir, `full-cache-${doc.date.slice(0, 10)}${quick ? '-quick' : ''}.json`);
+    const out = outArg ?? path.join(outDir, `full-cache-${doc.date.slice(0, 10)}${quick ? '-quick' : ''}.json`);
     fs.writeFileSync(out, JSON.stringify(doc, null, 2) + '\n');
-    const lines = [
-      '| --dram | file | files (DRAM holds) | cascade empty /s | cascade full /s | full ÷ empty | slots ÷ bytes | tmpfs /s | bindfs /s | evictions (ahead) |',
-      '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
-    ];
-    for (const r of rows) {
-      lines.push(
-        `| ${r.dramBytes / MiB} MiB | ${r.fileBytes / KiB} KiB | ${r.files} (${r.dramHoldsFiles}) | ${r.cascade.emptyPerS.toFixed(0)} | ${r.cascade.fullPerS.toFixed(0)} | ` +
-          `${f3(r.cascade.fullOverEmpty)} ${r.pass.fullAtLeast0p8xEmpty ? 'PASS' : 'FAIL'} | ${f3(r.cascade.slotOverBlockBytes)} ${r.pass.slotsAtMost2x ? 'PASS' : 'FAIL'} | ` +
-          `${r.tmpfsPerS.toFixed(0)} | ${r.bindfsPerS.toFixed(0)} | ${r.cascade.evictions} (${r.cascade.evictionsAhead}) |`,
-      );
-    }
+    const lines = [fullCacheTable(rows)];
     process.stdout.write(lines.join('\n') + `\n\nresults: ${out}\n`);
   } finally {
     for (const line of fs.readFileSync('/proc/mounts', 'utf8').split('\n')) {
@@ -181,7 +199,9 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((e: unknown) => {
-  process.stderr.write(`full-cache-bench: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
-  process.exit(1);
-});
+if (require.main === module) {
+  main().catch((e: unknown) => {
+    process.stderr.write(`full-cache-bench: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.exit(1);
+  });
+}

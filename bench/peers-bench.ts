@@ -8,7 +8,8 @@
  * unique writes, duplicate writes, 4 concurrent readers, capacity overflow, metadata, at 2, 64 and
  * 256 MiB blocks (--quick: 2 and 64 MiB), and rename-race (4 readers opening a 2 MiB file that a writer
  * keeps replacing by rename). Trials are data (`trialTable`); each runs in a fresh process
- * (dist/bench/peers-trial.js).
+ * (dist/bench/peers-trial.js). Then the full-cache trials (bench/full-cache-bench.ts, in a process of
+ * their own; not with --filter unless it names full-cache): their table ends the report.
  * This file computes the statistics and ratios, writes bench/results/<date>-<host>.json, a markdown
  * report (stdout and <date>-<host>.md) and a chart (<date>-<host>.svg).
  *
@@ -23,6 +24,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { SingleBar } from 'cli-progress';
 import { MiB } from '../store/constants';
+import { fullCacheTable, type FullCacheDoc } from './full-cache-bench';
 import {
   f3,
   filterMatches,
@@ -66,6 +68,8 @@ const SCRATCH_PREFIX = 'cascade-pbench-';
 const WARMUPS = 1;
 /** A trial that takes longer than this is stuck (the driver then stops it and sweeps its mounts). */
 const TRIAL_TIMEOUT_MS = 10 * 60 * 1000;
+/** The full-cache run: about 3 min with --quick and 7 min in full on a 2-core VM. */
+const FULL_CACHE_TIMEOUT_MS = 30 * 60 * 1000;
 const READERS = 4;
 /** One system-prompt block under this many names. */
 const DUP_NAMES = 50;
@@ -599,7 +603,7 @@ function progress(total: number) {
 async function main(): Promise<void> {
   const options = parseOptions('peers-bench.js', process.argv.slice(2));
   const { trials, notRun } = trialTable(options);
-  if (trials.length === 0) {
+  if (trials.length === 0 && !filterMatches(options.filter, FULL_CACHE_NAME)) {
     process.stderr.write(`no trial matches --filter ${String(options.filter)}\n`);
     process.exit(1);
   }
@@ -664,7 +668,12 @@ async function main(): Promise<void> {
     chartError = e instanceof Error ? e.message : String(e);
     chartFile = null;
   }
-  const md = markdown(date, env, reports, notRun, failures, options.quick, wallTimeMs, chartFile, leftovers);
+  // The full-cache trials (issue 18): creates with DRAM empty and full, tmpfs and bindfs alongside.
+  const fullCache = filterMatches(options.filter, FULL_CACHE_NAME) ? runFullCache(options.quick, `${base}-full-cache.json`) : undefined;
+  if (fullCache?.error !== undefined) failures.push({ trial: FULL_CACHE_NAME, error: fullCache.error });
+  const md =
+    markdown(date, env, reports, notRun, failures, options.quick, wallTimeMs, chartFile, leftovers) +
+    (fullCache?.doc ? `\n## Full cache: creates with DRAM empty and full\n\n${FULL_CACHE_WHAT}\n\n${fullCacheTable(fullCache.doc.rows)}\n` : '');
   const doc = {
     ...resultsHead('cascade-peers-bench/1', date, startedAt, wallTimeMs, env),
     configuration: {
@@ -682,6 +691,7 @@ async function main(): Promise<void> {
     trials: reports,
     notRun,
     failures,
+    fullCache: fullCache?.doc ? { file: path.basename(fullCache.file), rows: fullCache.doc.rows } : null,
     chart: chartFile ? path.basename(chartFile) : null,
     chartError,
     loadAverageAtEnd: os.loadavg(),
@@ -694,6 +704,21 @@ async function main(): Promise<void> {
   if (chartError) process.stderr.write(`warning: no chart: ${chartError}\n`);
   process.stderr.write(`wrote ${outFile}, ${base}.md${chartFile ? `, ${chartFile}` : ''}; wall time ${(wallTimeMs / 1000).toFixed(1)} s\n`);
   if (failures.length > 0 || leftovers.length > 0) process.exitCode = 1;
+}
+
+const FULL_CACHE_NAME = 'full-cache';
+const FULL_CACHE_WHAT =
+  'One python3 process creates files (open, one write, close) through a fresh native-engine mount per --dram; the working set is 4x what DRAM holds (at least 32,768 files), so the last quarter is written into a full cache. Creates/s while DRAM is empty and while it is full, their ratio, and slot bytes per block byte; tmpfs and bindfs create the same files in the same run. Details: `bench/full-cache-bench.ts`.';
+
+/** Run the full-cache benchmark in a process of its own (as every trial here); its JSON goes to `file`. */
+function runFullCache(quick: boolean, file: string): { file: string; doc?: FullCacheDoc; error?: string } {
+  process.stderr.write(`${FULL_CACHE_NAME}: ${quick ? '2 sizes' : '3 sizes'} (node dist/bench/full-cache-bench.js${quick ? ' --quick' : ''})\n`);
+  const r = spawnSync(process.execPath, [path.join(__dirname, 'full-cache-bench.js'), ...(quick ? ['--quick'] : []), '--out', file], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+    timeout: FULL_CACHE_TIMEOUT_MS,
+  });
+  if (r.status !== 0) return { file, error: `full-cache-bench exited ${r.status ?? r.signal}` };
+  return { file, doc: JSON.parse(fs.readFileSync(file, 'utf8')) as FullCacheDoc };
 }
 
 main().catch((e: unknown) => {
