@@ -318,25 +318,34 @@ export class DiskSegmentTier implements Tier {
       buf.fill(0, payloadAt + r.sizeBytes, at); // padding: the staging buffer holds old bytes
     }
     assert(at === runBytes, 'a run is laid out to its computed length');
-    const offset = seg.endBytes;
-    // Reserve before writing: a failed write leaves a hole that recovery skips, never a visible key.
-    seg.endBytes += runBytes;
-    this.fileBytes += runBytes;
-    try {
-      await writeFully(seg.fd, [buf], offset, this.io);
-    } catch (e) {
-      seg.deadBytes += runBytes;
-      seg.sealed = true;
-      if (this.active === seg) this.active = undefined;
-      const full = (e as { code?: unknown }).code === 'ENOSPC';
-      throw new CascadeError(full ? 'ENOSPC' : 'EIO', `write to ${seg.file} failed: ${(e as Error).message}`, { cause: e });
-    }
+    const offset = await this.appendBytes(seg, [buf], runBytes);
     at = offset;
     for (const r of run) {
       this.index.set(r.key, { segment: seg, offsetBytes: at, sizeBytes: r.sizeBytes });
       seg.unsynced.push(r.key);
       at += recordBytes(r.sizeBytes);
     }
+  }
+
+  /**
+   * Append `parts` (lengthBytes in all) at the segment's end; returns where they start. The room is
+   * reserved before the write, so a failed write leaves a hole that recovery skips, never a visible key;
+   * after a failure the file's state is unknown, so it takes no more appends (what was synced stays).
+   */
+  private async appendBytes(seg: Segment, parts: Uint8Array[], lengthBytes: number): Promise<number> {
+    const offset = seg.endBytes;
+    seg.endBytes += lengthBytes;
+    this.fileBytes += lengthBytes;
+    try {
+      await writeFully(seg.fd, parts, offset, this.io);
+    } catch (e) {
+      seg.deadBytes += lengthBytes;
+      seg.sealed = true;
+      if (this.active === seg) this.active = undefined;
+      const full = (e as { code?: unknown }).code === 'ENOSPC';
+      throw new CascadeError(full ? 'ENOSPC' : 'EIO', `write to ${seg.file} failed: ${(e as Error).message}`, { cause: e });
+    }
+    return offset;
   }
 
   /** One staging buffer for grouped appends (they run one at a time, under serial()). */
@@ -352,22 +361,9 @@ export class DiskSegmentTier implements Tier {
   private async appendRecord(key: string, data: Uint8Array): Promise<Segment> {
     const need = recordBytes(data.length);
     const seg = await this.activeFor(need);
-    const offset = seg.endBytes;
-    // Reserve before writing: a failed write leaves a hole that recovery skips, never a visible key.
-    seg.endBytes += need;
-    this.fileBytes += need;
     const pad = alignUp(data.length) - data.length;
     const parts = pad > 0 ? [encodeHeader(key, data.length), data, Buffer.alloc(pad)] : [encodeHeader(key, data.length), data];
-    try {
-      await writeFully(seg.fd, parts, offset, this.io);
-    } catch (e) {
-      // The file's state is unknown now: stop appending to it; what was synced before stays valid.
-      seg.deadBytes += need;
-      seg.sealed = true;
-      if (this.active === seg) this.active = undefined;
-      const full = (e as { code?: unknown }).code === 'ENOSPC';
-      throw new CascadeError(full ? 'ENOSPC' : 'EIO', `write to ${seg.file} failed: ${(e as Error).message}`, { cause: e });
-    }
+    const offset = await this.appendBytes(seg, parts, need);
     this.index.set(key, { segment: seg, offsetBytes: offset, sizeBytes: data.length });
     seg.unsynced.push(key);
     return seg;

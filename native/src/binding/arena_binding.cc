@@ -147,11 +147,8 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
     uint8_t* data;
     if (a == nullptr || !CopyArgs(info, &handle, &offset, &data, &length)) return info.Env().Undefined();
     auto* worker = new ArenaCopyWorker(info.Env(), this, a, write, handle, offset, data, length);
-    worker->Keep(info.This());  // the arena object outlives the copy
-    worker->Keep(info[2]);      // and so does the buffer
-    inFlight_++;
-    worker->Queue();
-    return worker->Promise();
+    worker->Keep(info[2]);  // the buffer outlives the copy
+    return QueueWork(info, worker);
   }
   Napi::Value WriteAsync(const Napi::CallbackInfo& info) { return CopyAsync(info, true); }
   Napi::Value ReadAsync(const Napi::CallbackInfo& info) { return CopyAsync(info, false); }
@@ -184,6 +181,7 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
   // fillFromFileAsync(handle, fd, fileOffsetBytes): read the block's bytes from the file into it on a
   // worker thread, hashing them as they land; resolves to the SHA-256 (hex) of what was read.
   Napi::Value FillFromFileAsync(const Napi::CallbackInfo& info);
+  Napi::Value QueueWork(const Napi::CallbackInfo& info, PromiseWorker* worker);
 
   Napi::Value Describe(const Napi::CallbackInfo& info) {
     Arena* a = Open(info);
@@ -297,7 +295,11 @@ Napi::Value ArenaWrap::Sha256Async(const Napi::CallbackInfo& info) {
   Arena* a = Open(info);
   uint64_t handle;
   if (a == nullptr || !ArgU64(info, 0, "handle", &handle)) return info.Env().Undefined();
-  auto* worker = new ArenaHashWorker(info.Env(), this, a, handle);
+  return QueueWork(info, new ArenaHashWorker(info.Env(), this, a, handle));
+}
+
+// Queue a worker that uses the arena: it keeps this object alive, and close() waits for it (CopyDone).
+Napi::Value ArenaWrap::QueueWork(const Napi::CallbackInfo& info, PromiseWorker* worker) {
   worker->Keep(info.This());
   inFlight_++;
   worker->Queue();
@@ -337,11 +339,7 @@ Napi::Value ArenaWrap::FillFromFileAsync(const Napi::CallbackInfo& info) {
     ThrowCode(info.Env(), "EINVAL", "fd must be an open file descriptor");
     return info.Env().Undefined();
   }
-  auto* worker = new ArenaFillWorker(info.Env(), this, a, handle, static_cast<int>(fd), offset);
-  worker->Keep(info.This());
-  inFlight_++;
-  worker->Queue();
-  return worker->Promise();
+  return QueueWork(info, new ArenaFillWorker(info.Env(), this, a, handle, static_cast<int>(fd), offset));
 }
 
 Napi::FunctionReference* arenaConstructor = nullptr;
