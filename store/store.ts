@@ -1421,7 +1421,7 @@ export class Store {
         await writeMany(blocks, async (key, target) => {
           const n = await this.dram.read(key, 0, target);
           assert(n === target.length, 'a dirty block is whole in DRAM');
-        });
+        }).catch((e: unknown) => Promise.reject(this.requeueLost(e)));
         for (const b of blocks) {
           this.clearDirty(b.key);
           this.unsynced.add(b.key);
@@ -1467,7 +1467,7 @@ export class Store {
         const buf = Buffer.allocUnsafe(size);
         const n = await this.dram.read(key, 0, buf);
         assert(n === size, 'a dirty block is whole in DRAM');
-        await this.disk.write(key, buf);
+        await this.disk.write(key, buf).catch((e: unknown) => Promise.reject(this.requeueLost(e)));
         this.clearDirty(key);
         this.unsynced.add(key);
         this.counters.flushedBlocks++;
@@ -1481,21 +1481,27 @@ export class Store {
     try {
       await this.disk.sync();
     } catch (e) {
-      if (!(e instanceof DiskSyncError)) throw e;
-      this.counters.diskSyncFailures++;
-      for (const key of e.lostKeys) {
-        this.unsynced.delete(key);
-        const size = this.dram.sizeOf(key);
-        if (size !== undefined) {
-          this.markDirty(key, size); // still in DRAM: write it again, to a new segment
-        } else {
-          this.warn(`block ${key} was lost by a failed fdatasync and is not in memory`);
-        }
-      }
-      throw e;
+      throw this.requeueLost(e);
     }
     for (const key of covered) this.unsynced.delete(key);
     this.evictAhead(); // blocks just made durable can go now
+  }
+
+  /**
+   * After a failed fdatasync (from sync, or from the seal of a full segment inside a write): the blocks
+   * it could not confirm are written again from DRAM, to a new segment, or reported when DRAM lost
+   * them. Returns the error to rethrow.
+   */
+  private requeueLost(e: unknown): unknown {
+    if (!(e instanceof DiskSyncError)) return e;
+    this.counters.diskSyncFailures++;
+    for (const key of e.lostKeys) {
+      this.unsynced.delete(key);
+      const size = this.dram.sizeOf(key);
+      if (size !== undefined) this.markDirty(key, size);
+      else this.warn(`block ${key} was lost by a failed fdatasync and is not in memory`);
+    }
+    return e;
   }
 
   /** Make these blocks durable on disk now, retrying once after a failed fsync (which moves them). */

@@ -42,6 +42,8 @@ const IO_CHUNK_BYTES = 1 * GiB;
  * bytes and written with one pwrite (a record larger than this goes alone, in a buffer of its own).
  */
 export const APPEND_BATCH_BYTES_MAX = 8 * 1024 * 1024;
+/** close() waits this long for reads in flight before it closes the segment files anyway. */
+const CLOSE_READERS_WAIT_MS = 10_000;
 
 /**
  * The segment file operations of the live read and write paths, which can fail in ways tests must reach
@@ -504,6 +506,9 @@ export class DiskSegmentTier implements Tier {
     if (this.closed) return;
     await this.tail.catch(() => undefined);
     this.closed = true;
+    // Reads in flight (a worker thread may be preading a segment) end before their fds close.
+    const deadline = Date.now() + CLOSE_READERS_WAIT_MS;
+    while ([...this.segments.values()].some((seg) => seg.readers > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 1));
     // A clean close indexes the active segment too, so the next open reads no record twice.
     for (const seg of this.segments.values()) {
       if (!seg.sealed && seg.unsynced.length === 0) this.writeIndex(seg);

@@ -205,6 +205,12 @@ void Session::Unmount() {
 }
 
 void Session::Worker() {
+  // The thread inherits the JS thread's mask, which a launcher may have set: the stop signal must get
+  // through, or Unmount would signal forever.
+  sigset_t wake;
+  sigemptyset(&wake);
+  sigaddset(&wake, WakeSignal());
+  pthread_sigmask(SIG_UNBLOCK, &wake, nullptr);
   std::unique_ptr<uint8_t[]> buffer(new uint8_t[bufferBytes_]);
   while (!stopping_.load()) {
     const ssize_t n = read(fd_, buffer.get(), bufferBytes_);
@@ -591,7 +597,10 @@ Status Session::Reply(uint64_t unique, int32_t error, const struct iovec* payloa
     }
   }
   out.len = static_cast<uint32_t>(total);
-  const ssize_t n = writev(fd_, iov, count);
+  ssize_t n;
+  do {
+    n = writev(fd_, iov, count);  // a reply is one write: the stop signal must not drop it
+  } while (n < 0 && errno == EINTR);
   if (n < 0) {
     // ENOENT: the request was interrupted and is gone; anything else is counted.
     if (errno != ENOENT) replyErrors_.fetch_add(1, std::memory_order_relaxed);
