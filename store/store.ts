@@ -484,6 +484,7 @@ export class Store {
           capacityBytes: config.diskCapacityBytes,
           segmentTargetBytes: config.segmentTargetBytes,
           onMoved: (keys) => store?.republish(keys),
+          onLost: (keys) => store?.requeueLost(new DiskSyncError(keys, new Error('fdatasync failed during compaction'))),
           io: faults,
         }));
       opened.push(disk);
@@ -1495,6 +1496,7 @@ export class Store {
   private requeueLost(e: unknown): unknown {
     if (!(e instanceof DiskSyncError)) return e;
     this.counters.diskSyncFailures++;
+    this.kickFlusher();
     for (const key of e.lostKeys) {
       this.unsynced.delete(key);
       const size = this.dram.sizeOf(key);

@@ -78,6 +78,11 @@ export interface DiskTierOptions {
    * A cluster node republishes their locations (locate()) so other nodes find them.
    */
   onMoved?: (keys: string[]) => void;
+  /**
+   * Called when a background compaction's fdatasync failed and took blocks it did not move with it
+   * (other appends of the same segments): no caller hears that error, so the owner writes them again.
+   */
+  onLost?: (keys: string[]) => void;
 }
 
 /** Where a block's record lies: its segment file, the record's start, the payload's length. */
@@ -448,8 +453,12 @@ export class DiskSegmentTier implements Tier {
     if (!seg.compacting && (empty || (seg.sealed && seg.deadBytes >= this.compactDeadFraction * seg.endBytes))) {
       seg.compacting = true;
       // Compaction runs in the background, in the append order; its failure leaves the segment as it was.
-      void this.serial(() => this.compact(seg)).catch(() => {
+      void this.serial(() => this.compact(seg)).catch((e: unknown) => {
         seg.compacting = false;
+        if (e instanceof DiskSyncError) {
+          const lost = e.lostKeys.filter((k) => !this.index.has(k)); // moved copies went back to their originals
+          if (lost.length > 0) this.options.onLost?.(lost);
+        }
       });
     }
     return Promise.resolve();
