@@ -104,4 +104,19 @@ fi
 # a changed tsconfig or compiler flag, or a checkout that set old times.
 echo "setup: building"
 npm run --silent build
+
+# `cascade` on the PATH: a link to this checkout's CLI in /usr/local/bin (as `npm link` would make).
+# Never over another program's file: only a missing name or an earlier link to a Cascade CLI.
+cli="$PWD/dist/mount/cli.js"
+chmod +x "$cli"
+link=/usr/local/bin/cascade
+if { [ -L "$link" ] && [[ "$(readlink "$link")" == */dist/mount/cli.js ]]; } || { [ ! -e "$link" ] && [ ! -L "$link" ]; }; then
+  if ln -sfn "$cli" "$link" 2>/dev/null; then
+    echo "setup: cascade -> $cli"
+  else
+    echo "setup: cannot write $link; to have \`cascade\` on your PATH: ln -s $cli ~/.local/bin/cascade" >&2
+  fi
+else
+  echo "setup: $link exists and is not a link to a Cascade checkout; left alone (run $cli directly)" >&2
+fi
 echo "setup: done (node $(node --version))"
