@@ -137,9 +137,17 @@ function formatSizeArg(bytes: number): string {
  */
 const DIRECT_DRAM_BYTES = 256 * MiB;
 
-async function withStore<R>(args: DirectArgs, fn: (store: Store) => Promise<R>, extra: Partial<StoreConfig> = {}): Promise<R> {
+/**
+ * Open the data directory for one command. Only `put` (and the demo) may create one: a read of a
+ * directory that is not there says so, rather than leave an empty store behind.
+ */
+async function withStore<R>(args: DirectArgs, fn: (store: Store) => Promise<R>, extra: Partial<StoreConfig> = {}, create = false): Promise<R> {
+  const dataDir = args.data ?? defaultDataDir();
+  if (!create && !fs.existsSync(dataDir)) {
+    throw new CascadeError('ENOENT', `no data directory at ${dataDir} (cascade put creates one; a running mount's files are read through the mount)`);
+  }
   const store = await Store.open({
-    dataDir: args.data ?? defaultDataDir(),
+    dataDir,
     dramCapacityBytes: args.dram === undefined ? DIRECT_DRAM_BYTES : sizeArg(args.dram, 'dram'),
     prefault: false,
     loadPins: false,
@@ -235,7 +243,7 @@ async function demo(args: CommonArgs & { blocks: number; blockSize: string; keep
           formatStats(stats),
         ].join('\n'),
       );
-    });
+    }, {}, true);
   } finally {
     if (!args.keep) fs.rmSync(dataDir, { recursive: true, force: true });
   }
@@ -998,7 +1006,7 @@ export function buildCli(argv: string[]) {
           const v = await store.put(a.name, data);
           await store.sync(a.name);
           print(a, v, () => `${v.name} version ${v.version} sha256 ${v.sha256} ${formatBytes(v.sizeBytes)}`);
-        }),
+        }, {}, true),
     )
     .command(
       'get <name> [file]',

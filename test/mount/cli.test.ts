@@ -77,6 +77,19 @@ describe('cascade CLI (direct data-directory access)', function () {
   });
   after(() => rmDir(dir));
 
+  it('get, stat and versions on a data directory that is not there fail (exit 1) and create nothing; put creates it', () => {
+    const missing = path.join(dir, 'not-there');
+    for (const args of [['get', 'm/x'], ['stat', 'm/x'], ['versions', 'm/x']]) {
+      const r = cascade([...args, '--data', missing]);
+      assert.equal(r.code, 1, `${args[0]}: ${r.stderr}`);
+      assert.match(r.stderr, /no data directory at .*not-there/);
+      assert.equal(fs.existsSync(missing), false, `${args[0]} left no directory behind`);
+    }
+    const put = cascade(['put', 'm/x', '-', '--data', missing], Buffer.from('made'));
+    assert.equal(put.code, 0, put.stderr);
+    assert.equal(cascade(['get', 'm/x', '--data', missing]).stdout.toString(), 'made');
+  });
+
   it('puts from a file and from stdin, gets versions back byte-exact through a pipe', () => {
     const file = path.join(dir, 'in.bin');
     const big = seededBytes(1, 3 * 1024 * 1024 + 3);
