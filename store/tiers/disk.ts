@@ -385,12 +385,7 @@ export class DiskSegmentTier implements Tier {
     if (offsetBytes >= sizeBytes || target.length === 0) return 0;
     seg.readers++;
     try {
-      const header = Buffer.alloc(RECORD_HEADER_BYTES);
-      await readFully(seg.fd, header, loc.offsetBytes, this.io).catch((e: unknown) => Promise.reject(readFailed(seg.file, e)));
-      const h = decodeHeader(header);
-      if (typeof h === 'string' || h.sha256 !== key || h.sizeBytes !== sizeBytes) {
-        throw this.corrupt(key, loc, typeof h === 'string' ? h : 'header does not match the index');
-      }
+      await this.checkHeader(key, loc);
       // The payload's SHA-256 is its checksum, so a check needs the whole payload: read it all, into the
       // caller's buffer when it covers the block (the store reads whole blocks), else into a scratch one.
       const count = Math.min(target.length, sizeBytes - offsetBytes);
@@ -426,16 +421,22 @@ export class DiskSegmentTier implements Tier {
     const seg = loc.segment;
     seg.readers++;
     try {
-      const header = Buffer.alloc(RECORD_HEADER_BYTES);
-      await readFully(seg.fd, header, loc.offsetBytes, this.io).catch((e: unknown) => Promise.reject(readFailed(seg.file, e)));
-      const h = decodeHeader(header);
-      if (typeof h === 'string' || h.sha256 !== key || h.sizeBytes !== loc.sizeBytes) {
-        throw this.corrupt(key, loc, typeof h === 'string' ? h : 'header does not match the index');
-      }
+      await this.checkHeader(key, loc);
       const got = await fill(seg.fd, loc.offsetBytes + RECORD_ALIGN_BYTES).catch((e: unknown) => Promise.reject(readFailed(seg.file, e)));
       if (got !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
     } finally {
       seg.readers--;
+    }
+  }
+
+  /** Read a record's header and check it against the index (ECORRUPT, quarantined, when it differs). */
+  private async checkHeader(key: string, loc: Location): Promise<void> {
+    const seg = loc.segment;
+    const header = Buffer.alloc(RECORD_HEADER_BYTES);
+    await readFully(seg.fd, header, loc.offsetBytes, this.io).catch((e: unknown) => Promise.reject(readFailed(seg.file, e)));
+    const h = decodeHeader(header);
+    if (typeof h === 'string' || h.sha256 !== key || h.sizeBytes !== loc.sizeBytes) {
+      throw this.corrupt(key, loc, typeof h === 'string' ? h : 'header does not match the index');
     }
   }
 

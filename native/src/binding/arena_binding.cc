@@ -271,24 +271,30 @@ ArenaCopyWorker::ArenaCopyWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, 
 
 void ArenaCopyWorker::Settled() { owner_->CopyDone(); }
 
-class ArenaHashWorker : public PromiseWorker {
+// A worker that resolves to the SHA-256 (hex) of a block it works on; Work() does the work.
+class ArenaHexWorker : public PromiseWorker {
  public:
-  ArenaHashWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle)
-      : PromiseWorker(env, "cascade.arena.sha256"), owner_(owner), arena_(arena), handle_(handle) {}
-  void Execute() override {
-    status_ = arena_->Hash(handle_, &hex_);
-    if (status_ != Status::kOk) message_ = "arena: cannot hash block " + std::to_string(handle_);
-  }
+  ArenaHexWorker(Napi::Env env, const char* name, ArenaWrap* owner, Arena* arena, uint64_t handle)
+      : PromiseWorker(env, name), owner_(owner), arena_(arena), handle_(handle) {}
 
  protected:
   Napi::Value Result() override { return Napi::String::New(Env(), hex_); }
   void Settled() override { owner_->CopyDone(); }
 
- private:
   ArenaWrap* owner_;
   Arena* arena_;
   uint64_t handle_;
   std::string hex_;
+};
+
+class ArenaHashWorker : public ArenaHexWorker {
+ public:
+  ArenaHashWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle)
+      : ArenaHexWorker(env, "cascade.arena.sha256", owner, arena, handle) {}
+  void Execute() override {
+    status_ = arena_->Hash(handle_, &hex_);
+    if (status_ != Status::kOk) message_ = "arena: cannot hash block " + std::to_string(handle_);
+  }
 };
 
 Napi::Value ArenaWrap::Sha256Async(const Napi::CallbackInfo& info) {
@@ -306,27 +312,19 @@ Napi::Value ArenaWrap::QueueWork(const Napi::CallbackInfo& info, PromiseWorker* 
   return worker->Promise();
 }
 
-class ArenaFillWorker : public PromiseWorker {
+class ArenaFillWorker : public ArenaHexWorker {
  public:
   ArenaFillWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle, int fd, uint64_t fileOffsetBytes)
-      : PromiseWorker(env, "cascade.arena.fillFromFile"), owner_(owner), arena_(arena), handle_(handle), fd_(fd), fileOffsetBytes_(fileOffsetBytes) {}
+      : ArenaHexWorker(env, "cascade.arena.fillFromFile", owner, arena, handle), fd_(fd), fileOffsetBytes_(fileOffsetBytes) {}
   void Execute() override {
     std::string why;
     status_ = arena_->FillFromFile(handle_, fd_, fileOffsetBytes_, &hex_, &why);
     if (status_ != Status::kOk) message_ = "arena: cannot fill block " + std::to_string(handle_) + (why.empty() ? "" : ": " + why);
   }
 
- protected:
-  Napi::Value Result() override { return Napi::String::New(Env(), hex_); }
-  void Settled() override { owner_->CopyDone(); }
-
  private:
-  ArenaWrap* owner_;
-  Arena* arena_;
-  uint64_t handle_;
   int fd_;
   uint64_t fileOffsetBytes_;
-  std::string hex_;
 };
 
 Napi::Value ArenaWrap::FillFromFileAsync(const Napi::CallbackInfo& info) {
