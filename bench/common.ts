@@ -1,8 +1,7 @@
 /**
- * What the store benchmark (store-bench.ts, store-trial.ts, protocol.ts) and the mount benchmark
- * (mount-bench.ts, mount-trial.ts, mount-protocol.ts, mount-systems.ts) share: command-line options,
- * environment capture, statistics, results-file naming, protocol validation helpers, timing and
- * page-cache control. One implementation each, so both benchmarks measure and report alike.
+ * What the runner, the report and every suite's workloads share: trial filters, environment capture,
+ * statistics, results-file naming, protocol validation helpers, timing, file I/O and page-cache
+ * control. One implementation each, so every suite measures and reports alike.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import * as crypto from 'node:crypto';
@@ -11,30 +10,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { MiB } from '../store/constants';
 
-// ---- command line ---------------------------------------------------------------------------------
-
-export interface Options {
-  quick: boolean;
-  filter: string | undefined;
-  outFile: string | undefined;
-}
-
-/** `[--quick] [--filter <substring>] [--out <file>]`; anything else prints usage and exits with 2. */
-export function parseOptions(program: string, argv: string[]): Options {
-  const usage = (): never => {
-    process.stderr.write(`usage: ${program} [--quick] [--filter <substring>] [--out <file>]\n`);
-    process.exit(2);
-  };
-  const options: Options = { quick: false, filter: undefined, outFile: undefined };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a === '--quick') options.quick = true;
-    else if (a === '--filter' && i + 1 < argv.length) options.filter = argv[++i];
-    else if (a === '--out' && i + 1 < argv.length) options.outFile = argv[++i];
-    else usage();
-  }
-  return options;
-}
+// ---- trial names --------------------------------------------------------------------------------
 
 /** A trial is chosen when its name contains one of the filter's comma-separated substrings (no filter: all). */
 export function filterMatches(filter: string | undefined, name: string): boolean {
@@ -134,7 +110,7 @@ export interface HostEnvironment {
   node: string;
 }
 
-/** The machine: CPU, cores, memory, kernel, Node (the first fields of both benchmarks' `environment`). */
+/** The machine: CPU, cores, memory, kernel, Node (the first fields of a results file's `environment`). */
 export function hostEnvironment(): HostEnvironment {
   return {
     hostname: os.hostname(),
@@ -216,9 +192,9 @@ export const f3 = (x: number) => (x >= 100 ? x.toFixed(1) : x >= 10 ? x.toFixed(
 
 /**
  * `--out`, or bench/results/[<prefix>-]<date>-<hostname>[-quick].json (a quick run never overwrites the
- * day's full results). An empty prefix names the side-by-side benchmark's files.
+ * day's full results). An empty prefix names the default run's files (`npm run bench`).
  */
-export function resultsFile(prefix: string, date: string, options: Options): string {
+export function resultsFile(prefix: string, date: string, options: { quick: boolean; outFile: string | undefined }): string {
   const outName = `${prefix ? `${prefix}-` : ''}${date}-${os.hostname()}${options.quick ? '-quick' : ''}.json`;
   return options.outFile ?? path.join(__dirname, '..', '..', 'bench', 'results', outName);
 }
@@ -226,10 +202,6 @@ export function resultsFile(prefix: string, date: string, options: Options): str
 /** The first fields of a results file, and of its `configuration`. */
 export function resultsHead<E>(schema: string, date: string, startedAt: Date, wallTimeMs: number, environment: E) {
   return { schema, date, startedAt: startedAt.toISOString(), wallTimeMs, environment };
-}
-
-export function runMode(options: Options, warmupsPerTrial: number) {
-  return { mode: options.quick ? 'quick' : 'full', filter: options.filter ?? null, warmupsPerTrial };
 }
 
 export function writeResults(outFile: string, doc: object): void {
@@ -240,17 +212,6 @@ export function writeResults(outFile: string, doc: object): void {
 // ---- protocol validation --------------------------------------------------------------------------
 
 export type CheckValue = string | number | boolean | null;
-
-/** A trial's raw result, as both benchmarks' trials print it (the mount trials add `system`). */
-export interface TrialResultOf<Kind extends string, Figure> {
-  kind: Kind;
-  blockBytes: number;
-  warmups: number;
-  runs: number;
-  figures: Figure[];
-  /** Sanity checks and facts observed by the trial (content verified, tier, store counters...). */
-  checks: Record<string, CheckValue>;
-}
 
 export function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);

@@ -1,6 +1,6 @@
 /**
  * The side-by-side benchmark's quick mode, smallest trial of every system (hot-read 2 MiB; cold-read
- * 2 MiB for the disk), through the real driver and trial processes: every peer must start, give real
+ * 2 MiB for the disk), through the real runner (run.js) and trial processes: every peer must start, give real
  * figures, read back what was written, stop, and leave nothing behind. A missing or broken peer
  * (bindfs, redis-server, python3-h5py; `bash scripts/bench-peers.sh` installs them) fails this test.
  * The Cascade rows must run the engine they name (native, fuse-native; the client beside a native
@@ -12,18 +12,18 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { WORKLOADS } from '../../bench/peers-protocol';
-import { SYSTEMS } from '../../bench/peers-systems';
+import { SUITES } from '../../bench/protocol';
+import { SYSTEMS } from '../../bench/systems';
 import { canMount } from '../mount/daemon';
 
-const DRIVER = path.join(__dirname, '..', '..', 'bench', 'peers-bench.js');
+const RUNNER = path.join(__dirname, '..', '..', 'bench', 'run.js');
 const RACE = 'rename-race 2MiB cascade';
 /** --quick: 5 counted runs of 2,000 opens. */
 const RACE_OPENS = 10_000;
 
 /** `<workload> 2MiB <system>`: the first workload each system takes part in, at the smallest quick size. */
 function smallestTrials(): string[] {
-  return SYSTEMS.map((s) => `${WORKLOADS.find((w) => s.notApplicable[w] === undefined && w !== 'meta')} 2MiB ${s.name}`);
+  return SYSTEMS.map((s) => `${SUITES.peers.workloads.find((w) => s.notApplicable[w] === undefined && w !== 'meta')} 2MiB ${s.name}`);
 }
 
 function alive(pid: number): boolean {
@@ -50,9 +50,9 @@ describe('bench: side-by-side peers (quick mode, smallest trial of every system)
   it('every peer starts, gives positive figures, reads back what was written, and leaves nothing behind', () => {
     const names = smallestTrials();
     const outFile = path.join(outDir, 'peers.json');
-    // The filter is by substring: 'rename-race 2MiB cascade' also picks cascade-fuse-native's, and the driver adds the tmpfs limit.
-    const r = spawnSync(process.execPath, [DRIVER, '--quick', '--filter', [...names, RACE].join(','), '--out', outFile], { encoding: 'utf8', timeout: 300_000 });
-    assert.equal(r.status, 0, `peers-bench failed (${r.status ?? r.signal}):\n${r.stderr.slice(-3000)}`);
+    // The filter is by substring: 'rename-race 2MiB cascade' also picks cascade-fuse-native's, and the runner adds the tmpfs limit.
+    const r = spawnSync(process.execPath, [RUNNER, '--quick', '--filter', [...names, RACE].join(','), '--out', outFile], { encoding: 'utf8', timeout: 300_000 });
+    assert.equal(r.status, 0, `bench failed (${r.status ?? r.signal}):\n${r.stderr.slice(-3000)}`);
     const doc = JSON.parse(fs.readFileSync(outFile, 'utf8')) as {
       trials: { name: string; system: string; role: string; figures: { figure: string; rate: { median: number; min: number }; timesMs: number[]; xLimit: number | null }[]; checks: Record<string, unknown> }[];
       failures: unknown[];
@@ -95,7 +95,7 @@ describe('bench: side-by-side peers (quick mode, smallest trial of every system)
     assert.match(fs.readFileSync(path.join(outDir, doc.chart), 'utf8').slice(0, 200), /<svg/);
     assert.ok(fs.readFileSync(path.join(outDir, 'peers.md'), 'utf8').includes('| hot-read | 2MiB | read | cascade |'));
     const mounts = fs.readFileSync('/proc/mounts', 'utf8');
-    assert.ok(!mounts.includes('cascade-pbench-'), 'no benchmark mount left');
-    assert.deepEqual(fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith('cascade-pbench-')), []);
+    assert.ok(!mounts.includes('cascade-bench-'), 'no benchmark mount left');
+    assert.deepEqual(fs.readdirSync(os.tmpdir()).filter((n) => n.startsWith('cascade-bench-')), []);
   });
 });

@@ -1,5 +1,5 @@
 /**
- * The side-by-side benchmark's chart: one grouped bar chart per workload figure (median rate per system
+ * The report's chart: one grouped bar chart per workload figure (median rate per system
  * and block size), drawn by Vega-Lite and rendered to SVG by Vega's headless View (no browser, no
  * native canvas). vega and vega-lite are ES modules with top-level await, so they are loaded with a
  * real dynamic import (TypeScript would otherwise turn import() into require()).

@@ -1,5 +1,5 @@
 /**
- * The systems of the side-by-side benchmark, behind one small interface (`PeerSystem`), and the list of
+ * The systems of the side-by-side (peers) suite, behind one small interface (`PeerSystem`), and the list of
  * them (`SYSTEMS`: one entry per system with its role, what it is, the workloads it cannot take part in
  * and why, and how a trial opens it). Every peer is real and is started and stopped here, inside the
  * trial process: a private tmpfs, a directory on the disk, bindfs (C FUSE, libfuse2) over either, a
@@ -8,7 +8,7 @@
  * explicitly, never `auto`), and with reads through its same-node client (mount/socket/client.ts).
  *
  * Everything a trial makes lives under its scratch directory (trialLayout), and every daemon's pid goes
- * into the layout's pid file, so the driver can sweep after a crash.
+ * into the layout's pid file, so the runner can sweep after a crash.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -29,9 +29,12 @@ import {
   unmountTmpfs,
   waitFor,
   type TrialLayout,
-} from './mount-systems';
-import type { CheckValue, PeerTrialArgs, SystemName, Workload } from './peers-protocol';
-import type { RaceReport, ReaderJob, ReaderReport } from './peers-reader';
+} from './mounts';
+import type { CheckValue, PeerTrialArgs, SystemOf, WorkloadOf } from './protocol';
+
+type SystemName = SystemOf<'peers'>;
+type Workload = WorkloadOf<'peers'>;
+import type { RaceReport, ReaderJob, ReaderReport } from './reader-thread';
 
 // ---- the interface --------------------------------------------------------------------------------
 
@@ -151,7 +154,7 @@ export function pythonForH5py(): string {
 /** bench/h5py_peer.py in the source tree (the build compiles TypeScript only). */
 export const H5PY_PEER_SCRIPT = path.join(__dirname, '..', '..', 'bench', 'h5py_peer.py');
 
-const READER_SCRIPT = path.join(__dirname, 'peers-reader.js');
+const READER_SCRIPT = path.join(__dirname, 'reader-thread.js');
 
 /** Room for the largest working set of a trial (dup-write 64 MiB: 50 copies = 3.2 GiB on tmpfs). */
 const TMPFS_BYTES = 6 * 1024 * MiB;
@@ -182,7 +185,7 @@ function targetFor(sizeBytes: number): Buffer {
 }
 
 /**
- * Runs `jobs` as worker threads (peers-reader.js); starts them together once all are ready, then runs
+ * Runs `jobs` as worker threads (reader-thread.js); starts them together once all are ready, then runs
  * `during` (synchronously, on this thread: the rename-race writer) and collects every report.
  */
 async function runWorkers<R>(jobs: ReaderJob[], during?: () => void): Promise<R[]> {

@@ -1,10 +1,9 @@
 /**
- * Starting, stopping and cleaning up the systems the mount benchmark compares: a Cascade daemon
- * (`dist/mount/cli.js mount`, a child process), bindfs (a C FUSE filesystem on the same libfuse2, a
- * child process in the foreground) and a private tmpfs. (Page-cache control for the cold trials is in
- * common.ts, shared with the store benchmark.)
+ * Starting, stopping and cleaning up what the trials mount: a Cascade daemon (`dist/mount/cli.js
+ * mount`, a child process), bindfs (a C FUSE filesystem on the same libfuse2, a child process in the
+ * foreground) and a private tmpfs. (Page-cache control for the cold trials is in common.ts.)
  *
- * Everything a trial mounts lives under its scratch directory, so the driver can sweep whatever a
+ * Everything a trial mounts lives under its scratch directory, so the runner can sweep whatever a
  * crashed trial left (`unmountAllUnder`) before it removes that directory. Nothing here is removed while
  * something is still mounted below it.
  */
@@ -13,7 +12,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { MiB } from '../store/constants';
 import { dropPageCache, parseMountTable, type MountRow } from './common';
-import type { CheckValue } from './mount-protocol';
+import type { CheckValue } from './protocol';
 
 // ---- the scratch layout ---------------------------------------------------------------------------
 
@@ -29,7 +28,7 @@ export interface TrialLayout {
   diskDir: string;
   /** stdout + stderr of the Cascade daemon or bindfs. */
   logFile: string;
-  /** Pids of every daemon the trial started, one per line: the driver kills any still alive. */
+  /** Pids of every daemon the trial started, one per line: the runner kills any still alive. */
   pidFile: string;
 }
 
@@ -45,8 +44,8 @@ export function trialLayout(scratchDir: string): TrialLayout {
   };
 }
 
-/** The prefix of every scratch directory (os.tmpdir()/cascade-mbench-XXXXXX). */
-export const SCRATCH_PREFIX = 'cascade-mbench-';
+/** The prefix of every trial's scratch directory (os.tmpdir()/cascade-bench-XXXXXX). */
+export const SCRATCH_PREFIX = 'cascade-bench-';
 
 // ---- interrupts -----------------------------------------------------------------------------------
 
@@ -530,7 +529,7 @@ export class BindfsMount {
 /** Room for the largest working set; tmpfs takes memory only as files grow. */
 const TMPFS_SIZE_BYTES = 8 * 1024 * MiB;
 /** The source name of the benchmarks' private tmpfs mounts in /proc/mounts (how a leftover one is recognised). */
-export const TMPFS_SOURCE = 'cascade-mbench';
+export const TMPFS_SOURCE = 'cascade-bench';
 
 /** A private tmpfs (default options: 4 KiB pages, as any tmpfs a user would read from). */
 export function mountTmpfs(dir: string, sizeBytes = TMPFS_SIZE_BYTES): void {
@@ -605,9 +604,9 @@ export async function startBindfsOver(layout: TrialLayout, onDisk: boolean, tmpf
   };
 }
 
-// ---- a trial process's main -----------------------------------------------------------------------
+// ---- a trial's system ----------------------------------------------------------------------------
 
-/** What a trial's main needs from the system it opened. */
+/** What a trial needs from the system it opened, besides its workload's own calls. */
 export interface TrialSystem {
   stats(): Promise<Record<string, CheckValue>>;
   facts(): Record<string, CheckValue>;
@@ -617,56 +616,39 @@ export interface TrialSystem {
 }
 
 /**
- * The main of a trial process (mount-trial.ts, peers-trial.ts): parse argv[2], open the system, run the
- * workload, collect its counters, close it (also on failure, and from an exit handler as a last resort)
- * and print one JSON line: `head(args)`, the workload's figures, and checks (workload's, system stats,
- * setup time, then the system's facts after closing). After a signal, whatever failed is reported
- * briefly (the daemons got it too), with exit code 130.
+ * Opens a system in the trial's scratch layout, runs the workload on it, collects its counters and
+ * closes it (also on failure, and from an exit handler as a last resort; the runner sweeps too).
+ * Checks: the workload's, the system's stats, setup time, then the system's facts after closing.
  */
-export function trialMain<A extends { scratchDir: string; system: string }, S extends TrialSystem, F>(t: {
-  program: string;
-  parseArgs(text: string): A;
-  open(args: A, layout: TrialLayout): Promise<S>;
-  run(args: A, sys: S): Promise<{ figures: F[]; checks: Record<string, CheckValue> }>;
-  head(args: A): object;
-}): void {
-  const main = async () => {
-    const text = process.argv[2];
-    if (text === undefined) throw new Error(`usage: ${t.program}.js '<trial args JSON>'`);
-    const args = t.parseArgs(text);
-    installInterruptHandlers();
-    const layout = trialLayout(args.scratchDir);
-    let sys: S | undefined;
-    let closed = false;
-    // Last resort if the process exits without reaching the finally below (the driver sweeps too).
-    process.on('exit', () => {
-      if (sys && !closed) sys.closeNowSync();
-    });
-    const t0 = performance.now();
-    try {
-      sys = await t.open(args, layout);
-      const setupMs = performance.now() - t0;
-      const out = await t.run(args, sys);
-      const stats = await sys.stats();
-      const checks: Record<string, CheckValue> = { ...out.checks, ...stats, systemSetupMs: Math.round(setupMs) };
-      await sys.close();
-      closed = true;
-      Object.assign(checks, sys.facts());
-      process.stdout.write(JSON.stringify({ ...t.head(args), figures: out.figures, checks }) + '\n');
-    } finally {
-      if (sys && !closed) {
-        closed = true;
-        await sys.close().catch((e: unknown) => {
-          process.stderr.write(`${t.program}: closing ${args.system}: ${String(e)}\n`);
-          sys?.closeNowSync();
-        });
-      }
-    }
-  };
-  main().catch((e: unknown) => {
-    const interrupted = e instanceof Interrupted || wasInterrupted();
-    const detail = e instanceof Error ? (interrupted ? e.message : (e.stack ?? e.message)) : String(e);
-    process.stderr.write(`${t.program}: ${interrupted ? 'interrupted: ' : ''}${detail}\n`);
-    process.exitCode = interrupted ? 130 : 1;
+export async function withSystem<S extends TrialSystem, F>(
+  scratchDir: string,
+  open: (layout: TrialLayout) => Promise<S>,
+  run: (sys: S) => Promise<{ figures: F[]; checks: Record<string, CheckValue> }>,
+): Promise<{ figures: F[]; checks: Record<string, CheckValue> }> {
+  const layout = trialLayout(scratchDir);
+  let sys: S | undefined;
+  let closed = false;
+  process.on('exit', () => {
+    if (sys && !closed) sys.closeNowSync();
   });
+  const t0 = performance.now();
+  try {
+    sys = await open(layout);
+    const setupMs = performance.now() - t0;
+    const out = await run(sys);
+    const stats = await sys.stats();
+    const checks: Record<string, CheckValue> = { ...out.checks, ...stats, systemSetupMs: Math.round(setupMs) };
+    await sys.close();
+    closed = true;
+    Object.assign(checks, sys.facts());
+    return { figures: out.figures, checks };
+  } finally {
+    if (sys && !closed) {
+      closed = true;
+      await sys.close().catch((e: unknown) => {
+        process.stderr.write(`trial: closing the system: ${String(e)}\n`);
+        sys?.closeNowSync();
+      });
+    }
+  }
 }

@@ -1,8 +1,8 @@
 /**
- * One mount benchmark trial, in a process of its own: it starts its system (a Cascade daemon, bindfs
- * over a private tmpfs or over a disk directory, a raw tmpfs or disk directory), runs one workload
- * against it with plain synchronous file I/O, stops the system and prints one JSON line
- * (MountTrialResult) on stdout. Usage: node dist/bench/mount-trial.js '<MountTrialArgs JSON>'.
+ * The mount suite's workloads, run in a trial process (trial.ts): the trial starts its system (a
+ * Cascade daemon with direct_io or --kernel-cache, bindfs over a private tmpfs or over a disk
+ * directory, a raw tmpfs or disk directory), runs one workload against it with plain synchronous file
+ * I/O and stops the system.
  *
  * The readers and writers are this process; the filesystem daemons are children of it, so a daemon's
  * event loop (which serves FUSE) never competes with the reader's own JS. Reads go into one
@@ -24,18 +24,18 @@ import {
   sample as sampleRuns,
   sha256Hex,
   writeWhole,
-} from './common';
+} from '../common';
 import {
   META_FILE_BYTES,
   META_OPEN_FILES,
-  parseMountTrialArgs,
   type CheckValue,
+  type FigureSamples,
   type FigureUnit,
-  type MountFigureSamples,
   type MountTrialArgs,
-  type MountTrialResult,
-  type SystemName,
-} from './mount-protocol';
+  type SystemOf,
+} from '../protocol';
+
+type SystemName = SystemOf<'mount'>;
 import {
   cascadeDramBytes,
   CascadeDaemon,
@@ -44,10 +44,10 @@ import {
   delay,
   mountTmpfs,
   startBindfsOver,
-  trialMain,
+  withSystem,
   unmountTmpfs,
   type TrialLayout,
-} from './mount-systems';
+} from '../mounts';
 
 
 /** Between runs (untimed): let signal handlers run, stop if one asked to. */
@@ -95,7 +95,7 @@ interface BenchSystem {
 }
 
 function cliPath(): string {
-  const p = path.join(__dirname, '..', 'mount', 'cli.js');
+  const p = path.join(__dirname, '..', '..', 'mount', 'cli.js');
   if (!fs.existsSync(p)) throw new Error(`${p} is missing: build first (npx tsc -p tsconfig.json)`);
   return p;
 }
@@ -191,11 +191,11 @@ async function openSystem(args: MountTrialArgs, layout: TrialLayout): Promise<Be
 /** Bytes of file content the trial keeps in the store at once. */
 function workingSetBytes(args: MountTrialArgs): number {
   const footprint = Math.ceil(Math.max(args.blockBytes, META_FILE_BYTES) / DRAM_PAGE_BYTES) * DRAM_PAGE_BYTES;
-  switch (args.kind) {
+  switch (args.workload) {
     case 'hot-read':
     case 'blocks':
     case 'meta':
-      return args.files * footprint;
+      return args.blocks * footprint;
     case 'cold-read':
       return (args.warmups + args.runs) * footprint;
     case 'write':
@@ -211,20 +211,20 @@ function dramBytesFor(args: MountTrialArgs): number {
 // ---- workloads ------------------------------------------------------------------------------------
 
 interface TrialOutput {
-  figures: MountFigureSamples[];
+  figures: FigureSamples[];
   checks: Record<string, CheckValue>;
 }
 
-function figure(figure: string, label: string, unit: FigureUnit, bytesPerRun: number, opsPerRun: number, timesMs: number[]): MountFigureSamples {
+function figure(figure: string, label: string, unit: FigureUnit, bytesPerRun: number, opsPerRun: number, timesMs: number[]): FigureSamples {
   return { figure, label, unit, bytesPerRun, opsPerRun, timesMs };
 }
 
-/** `args.files` files of unique content under workDir/<sub>, written and settled (untimed), and a reader's buffer. */
+/** `args.blocks` files of unique content under workDir/<sub>, written and settled (untimed), and a reader's buffer. */
 async function hotFiles(args: MountTrialArgs, sys: BenchSystem, sub: string): Promise<{ dir: string; shas: string[]; settleMs: number; target: Buffer }> {
   const dir = path.join(sys.workDir, sub);
   fs.mkdirSync(dir);
-  const shas = writeFiles(dir, args.files, args.blockBytes);
-  const settleMs = await sys.settle(args.files * args.blockBytes);
+  const shas = writeFiles(dir, args.blocks, args.blockBytes);
+  const settleMs = await sys.settle(args.blocks * args.blockBytes);
   return { dir, shas, settleMs, target: readTarget(args.blockBytes) };
 }
 
@@ -248,13 +248,13 @@ async function hotReadTrial(args: MountTrialArgs, sys: BenchSystem): Promise<Tri
   const { dir, shas, settleMs, target } = await hotFiles(args, sys, 'hot');
   let verified = true;
   for (let pass = 0; pass < 2; pass++) {
-    for (let i = 0; i < args.files; i++) {
+    for (let i = 0; i < args.blocks; i++) {
       const n = readWhole(fileName(dir, i), target); // read even after a mismatch: the passes warm every file
       verified &&= readMatches(n, target, args.blockBytes, shas[i]);
     }
   }
   const timesMs = await sample(args, (run) => {
-    const i = run % args.files;
+    const i = run % args.blocks;
     const t0 = clockMs();
     const n = readWhole(fileName(dir, i), target);
     const t = clockMs() - t0;
@@ -265,14 +265,14 @@ async function hotReadTrial(args: MountTrialArgs, sys: BenchSystem): Promise<Tri
     figures: [
       figure(
         'read',
-        `open + read whole file (1 MiB reads into a pre-touched buffer, to EOF) + close, rotating over ${args.files} hot files`,
+        `open + read whole file (1 MiB reads into a pre-touched buffer, to EOF) + close, rotating over ${args.blocks} hot files`,
         'GB/s',
         args.blockBytes,
         1,
         timesMs,
       ),
     ],
-    checks: { contentVerified: verified, files: args.files, settleMs: Math.round(settleMs) },
+    checks: { contentVerified: verified, files: args.blocks, settleMs: Math.round(settleMs) },
   };
 }
 
@@ -281,21 +281,21 @@ async function blocksTrial(args: MountTrialArgs, sys: BenchSystem): Promise<Tria
   const { dir, shas, settleMs, target } = await hotFiles(args, sys, 'blocks');
   let verified = true;
   for (let pass = 0; pass < 2; pass++) {
-    for (let i = 0; i < args.files; i++) verified &&= readWhole(fileName(dir, i), target) === args.blockBytes;
+    for (let i = 0; i < args.blocks; i++) verified &&= readWhole(fileName(dir, i), target) === args.blockBytes;
   }
   const timesMs = await sample(args, () => {
     let short = 0;
     const t0 = clockMs();
-    for (let i = 0; i < args.files; i++) if (readWhole(fileName(dir, i), target) !== args.blockBytes) short++;
+    for (let i = 0; i < args.blocks; i++) if (readWhole(fileName(dir, i), target) !== args.blockBytes) short++;
     const t = clockMs() - t0;
-    verified &&= short === 0 && sha256Hex(target.subarray(0, args.blockBytes)) === shas[args.files - 1]; // the last file read
+    verified &&= short === 0 && sha256Hex(target.subarray(0, args.blockBytes)) === shas[args.blocks - 1]; // the last file read
     return t;
   });
   return {
     figures: [
-      figure('blocks/s', `open + read whole + close of each of ${args.files} hot files, back to back`, 'ops/s', args.files * args.blockBytes, args.files, timesMs),
+      figure('blocks/s', `open + read whole + close of each of ${args.blocks} hot files, back to back`, 'ops/s', args.blocks * args.blockBytes, args.blocks, timesMs),
     ],
-    checks: { contentVerified: verified, files: args.files, settleMs: Math.round(settleMs) },
+    checks: { contentVerified: verified, files: args.blocks, settleMs: Math.round(settleMs) },
   };
 }
 
@@ -354,7 +354,7 @@ async function coldReadTrial(args: MountTrialArgs, sys: BenchSystem): Promise<Tr
  * Unique writes: each run creates a new file (open O_WRONLY|O_CREAT|O_TRUNC), writes new content in
  * 1 MiB calls and closes it; close() is where Cascade commits (hash, DRAM), so it is timed.
  * `write`: every run starts with the daemon idle (the previous file's write-back to disk done, untimed),
- * like the store benchmark's put. `write-stream`: runs back to back, so the write-back of earlier files
+ * like the store suite's put. `write-stream`: runs back to back, so the write-back of earlier files
  * competes with the next write for the two cores (stricter; what a writer that never pauses sees).
  */
 async function writeTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialOutput> {
@@ -400,9 +400,9 @@ async function writeTrial(args: MountTrialArgs, sys: BenchSystem): Promise<Trial
 async function metaTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialOutput> {
   const dir = path.join(sys.workDir, 'meta');
   fs.mkdirSync(dir);
-  writeFiles(dir, args.files, META_FILE_BYTES);
-  const settleMs = await sys.settle(args.files * META_FILE_BYTES);
-  const names = Array.from({ length: args.files }, (_, i) => fileName(dir, i));
+  writeFiles(dir, args.blocks, META_FILE_BYTES);
+  const settleMs = await sys.settle(args.blocks * META_FILE_BYTES);
+  const names = Array.from({ length: args.blocks }, (_, i) => fileName(dir, i));
   const openNames = names.slice(0, Math.min(META_OPEN_FILES, names.length));
   const openCloseMs = await sample(args, () => {
     const t0 = clockMs();
@@ -439,19 +439,19 @@ async function metaTrial(args: MountTrialArgs, sys: BenchSystem): Promise<TrialO
       ),
       figure(
         'stat-uncached',
-        `stat of each of ${args.files} files, ${FUSE_CACHE_EXPIRY_MS} ms after the last access (FUSE entry/attr caches expired; no such cache on tmpfs/disk)`,
+        `stat of each of ${args.blocks} files, ${FUSE_CACHE_EXPIRY_MS} ms after the last access (FUSE entry/attr caches expired; no such cache on tmpfs/disk)`,
         'ops/s',
         0,
-        args.files,
+        args.blocks,
         statUncachedMs,
       ),
-      figure('stat-cached', `stat of each of ${args.files} files again right after (within the 1 s FUSE caches)`, 'ops/s', 0, args.files, statCachedMs),
+      figure('stat-cached', `stat of each of ${args.blocks} files again right after (within the 1 s FUSE caches)`, 'ops/s', 0, args.blocks, statCachedMs),
     ],
-    checks: { sizesVerified: sizesOk, files: args.files, openCloseFiles: openNames.length, settleMs: Math.round(settleMs) },
+    checks: { sizesVerified: sizesOk, files: args.blocks, openCloseFiles: openNames.length, settleMs: Math.round(settleMs) },
   };
 }
 
-const WORKLOADS: Record<MountTrialArgs['kind'], (args: MountTrialArgs, sys: BenchSystem) => Promise<TrialOutput>> = {
+const WORKLOADS: Record<MountTrialArgs['workload'], (args: MountTrialArgs, sys: BenchSystem) => Promise<TrialOutput>> = {
   'hot-read': hotReadTrial,
   blocks: blocksTrial,
   'cold-read': coldReadTrial,
@@ -459,12 +459,7 @@ const WORKLOADS: Record<MountTrialArgs['kind'], (args: MountTrialArgs, sys: Benc
   meta: metaTrial,
 };
 
-// ---- main -----------------------------------------------------------------------------------------
-
-trialMain({
-  program: 'mount-trial',
-  parseArgs: parseMountTrialArgs,
-  open: openSystem,
-  run: (args, sys) => WORKLOADS[args.kind](args, sys),
-  head: (args): Omit<MountTrialResult, 'figures' | 'checks'> => ({ kind: args.kind, system: args.system, blockBytes: args.blockBytes, warmups: args.warmups, runs: args.runs }),
-});
+/** One mount-suite trial: open its system, run its workload, close it. */
+export function runMountTrial(args: MountTrialArgs) {
+  return withSystem(args.scratchDir, (layout) => openSystem(args, layout), (sys) => WORKLOADS[args.workload](args, sys));
+}

@@ -1,27 +1,28 @@
 /**
- * One trial of the side-by-side benchmark, in a process of its own: it starts its system (peers-systems.ts),
- * runs one workload against it, stops it and prints one JSON line (PeerTrialResult) on stdout.
- * Usage: node dist/bench/peers-trial.js '<PeerTrialArgs JSON>'.
+ * The side-by-side (peers) suite's workloads, run in a trial process (trial.ts): the trial starts its
+ * system (systems.ts), runs one workload against it and stops it.
  *
  * Every block holds content no other block has (one random buffer with a unique 32-byte head), except in
  * dup-write, which writes one block under many names, and rename-race, which alternates two versions of
  * one file. What is read is checked against what was written, after the timed region (SHA-256; in
  * rename-race byte for byte against both versions).
  */
-import { makeUnique, randomContent, sample, sha256Hex } from './common';
-import { checkInterrupted, trialMain } from './mount-systems';
-import { META_FILE_BYTES, META_OPEN_FILES, parsePeerTrialArgs, type CheckValue, type FigureUnit, type PeerFigureSamples, type PeerTrialArgs, type PeerTrialResult, type Workload } from './peers-protocol';
-import { systemSpec, type PeerSystem } from './peers-systems';
+import { makeUnique, randomContent, sample, sha256Hex } from '../common';
+import { checkInterrupted, withSystem } from '../mounts';
+import { META_FILE_BYTES, META_OPEN_FILES, type CheckValue, type FigureSamples, type FigureUnit, type PeerTrialArgs, type WorkloadOf } from '../protocol';
+import { systemSpec, type PeerSystem } from '../systems';
+
+type Workload = WorkloadOf<'peers'>;
 
 interface TrialOutput {
-  figures: PeerFigureSamples[];
+  figures: FigureSamples[];
   checks: Record<string, CheckValue>;
 }
 
 const keyOf = (i: number) => `b-${String(i).padStart(5, '0')}`;
 const keys = (n: number, from = 0) => Array.from({ length: n }, (_, i) => keyOf(from + i));
 
-function figure(name: string, label: string, unit: FigureUnit, bytesPerRun: number, opsPerRun: number, timesMs: number[]): PeerFigureSamples {
+function figure(name: string, label: string, unit: FigureUnit, bytesPerRun: number, opsPerRun: number, timesMs: number[]): FigureSamples {
   return { figure: name, label, unit, bytesPerRun, opsPerRun, timesMs };
 }
 
@@ -235,7 +236,7 @@ async function capacity(args: PeerTrialArgs, sys: PeerSystem): Promise<TrialOutp
     return t;
   });
   const end = await sys.residency(names);
-  const figures: PeerFigureSamples[] = [];
+  const figures: FigureSamples[] = [];
   if (writeMs.length > 0) {
     figures.push(figure('write', `whole-block write of new content, ${names.length} blocks = ${args.blocks * args.blockBytes} bytes into ${args.memoryBytes} bytes of memory`, 'GB/s', args.blockBytes, 1, writeMs));
   }
@@ -269,7 +270,7 @@ async function meta(args: PeerTrialArgs, sys: PeerSystem): Promise<TrialOutput> 
   await writeUnique(sys, names, META_FILE_BYTES);
   const settleMs = await sys.settle(args.blocks * META_FILE_BYTES);
   const openNames = names.slice(0, Math.min(META_OPEN_FILES, names.length));
-  const figures: PeerFigureSamples[] = [];
+  const figures: FigureSamples[] = [];
   const probe = await sys.openClose(openNames, 1);
   if (probe !== null) {
     const openMs = await runs(args, async () => (await sys.openClose(openNames, args.iterations)) ?? 0);
@@ -359,15 +360,10 @@ const WORKLOAD_RUNNERS: Record<Workload, (args: PeerTrialArgs, sys: PeerSystem) 
   'rename-race': renameRace,
 };
 
-trialMain({
-  program: 'peers-trial',
-  parseArgs: parsePeerTrialArgs,
-  open(args, layout) {
-    const spec = systemSpec(args.system);
-    const na = spec.notApplicable[args.workload];
-    if (na !== undefined) throw new Error(`${args.system} does not run ${args.workload}: ${na}`);
-    return spec.open({ args, layout });
-  },
-  run: (args, sys) => WORKLOAD_RUNNERS[args.workload](args, sys),
-  head: (args): Omit<PeerTrialResult, 'figures' | 'checks'> => ({ kind: args.workload, system: args.system, blockBytes: args.blockBytes, warmups: args.warmups, runs: args.runs }),
-});
+/** One peers-suite trial: open its system, run its workload, close it. */
+export function runPeerTrial(args: PeerTrialArgs) {
+  const spec = systemSpec(args.system);
+  const na = spec.notApplicable[args.workload];
+  if (na !== undefined) throw new Error(`${args.system} does not run ${args.workload}: ${na}`);
+  return withSystem(args.scratchDir, (layout) => spec.open({ args, layout }), (sys) => WORKLOAD_RUNNERS[args.workload](args, sys));
+}

@@ -129,7 +129,7 @@ async function renameRace(job: ReaderJob, port: NonNullable<typeof parentPort>):
 
 async function main(job: ReaderJob): Promise<void> {
   const port = parentPort;
-  if (!port) throw new Error('peers-reader runs as a worker thread');
+  if (!port) throw new Error('reader-thread runs as a worker thread');
   if (job.kind === 'rename-race') return renameRace(job, port);
   const redis = job.kind === 'redis' ? new Redis({ port: job.port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null }) : undefined;
   await redis?.connect();

@@ -1,7 +1,7 @@
 /**
- * One benchmark trial, in a process of its own (a fresh heap, a fresh page-fault history, no JIT state
- * left by another trial). Usage: node dist/bench/store-trial.js '<TrialArgs JSON>'.
- * Prints exactly one JSON line (TrialResult) on stdout; anything else goes to stderr.
+ * The store suite's workloads: the Store in-process, and the references it is judged against (memcpy,
+ * one-core SHA-256), each run in a trial process of its own (trial.ts: a fresh heap, a fresh page-fault
+ * history, no JIT state left by another trial).
  *
  * Every block is generated before timing starts, and every timed run works on content that has not been
  * stored before where that matters (content addressing would otherwise make a put a dedup hit).
@@ -9,11 +9,14 @@
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { DRAM_PAGE_BYTES_DEFAULT, MiB } from '../store/constants';
-import { Store, type StoreConfig } from '../store/store';
-import { ShmArenaTier, type ShmArenaOptions } from '../store/tiers/dram';
-import { clockMs, dropPageCache, residentBytes, sample, sha256Hex } from './common';
-import { parseTrialArgs, type CheckValue, type FigureSamples, type TrialArgs, type TrialResult } from './protocol';
+import { DRAM_PAGE_BYTES_DEFAULT, MiB } from '../../store/constants';
+import { Store, type StoreConfig } from '../../store/store';
+import { ShmArenaTier, type ShmArenaOptions } from '../../store/tiers/dram';
+import { clockMs, dropPageCache, residentBytes, sample, sha256Hex } from '../common';
+import type { CheckValue, FigureSamples, StoreTrialArgs as TrialArgs } from '../protocol';
+
+/** The store's figures are all GB/s of one block per run. */
+type StoreFigure = Omit<FigureSamples, 'unit' | 'opsPerRun'>;
 
 /**
  * `dramHugePages` / `hugePages` are being added to the store; typing them here as optional extras keeps
@@ -57,7 +60,7 @@ function hugePagesInEffect(tier: object): boolean | null {
 
 // ---- page cache control ---------------------------------------------------------------------------
 
-// dropPageCache and residentBytes: common.ts (the mount benchmark uses the same).
+// dropPageCache and residentBytes: common.ts (the mount and peers suites use the same).
 
 function segmentFiles(dataDir: string): string[] {
   const dir = path.join(dataDir, 'segments');
@@ -70,7 +73,7 @@ function segmentFiles(dataDir: string): string[] {
 // ---- trials ---------------------------------------------------------------------------------------
 
 interface TrialOutput {
-  figures: FigureSamples[];
+  figures: StoreFigure[];
   checks: Record<string, CheckValue>;
 }
 
@@ -396,7 +399,7 @@ async function promoteTrial(args: TrialArgs): Promise<TrialOutput> {
   }
 }
 
-const TRIALS: Record<TrialArgs['kind'], (args: TrialArgs) => Promise<TrialOutput>> = {
+const TRIALS: Record<TrialArgs['workload'], (args: TrialArgs) => Promise<TrialOutput>> = {
   memcpy: memcpyTrial,
   sha256: sha256Trial,
   put: putTrial,
@@ -405,28 +408,13 @@ const TRIALS: Record<TrialArgs['kind'], (args: TrialArgs) => Promise<TrialOutput
   promote: promoteTrial,
 };
 
-async function main(): Promise<void> {
-  const text = process.argv[2];
-  if (text === undefined) throw new Error("usage: store-trial.js '<TrialArgs JSON>'");
-  const args = parseTrialArgs(text);
+/** One store-suite trial. */
+export async function runStoreTrial(args: TrialArgs): Promise<{ figures: FigureSamples[]; checks: Record<string, CheckValue> }> {
   try {
-    const out = await TRIALS[args.kind](args);
-    const result: TrialResult = {
-      kind: args.kind,
-      blockBytes: args.blockBytes,
-      warmups: args.warmups,
-      runs: args.runs,
-      figures: out.figures,
-      checks: out.checks,
-    };
-    process.stdout.write(JSON.stringify(result) + '\n');
+    const out = await TRIALS[args.workload](args);
+    return { figures: out.figures.map((f) => ({ ...f, unit: 'GB/s', opsPerRun: 1 })), checks: out.checks };
   } finally {
-    // The driver removes the scratch dir too; removing it here keeps a standalone run tidy.
+    // The runner removes the scratch dir too; removing it here keeps a standalone run tidy.
     fs.rmSync(path.join(args.scratchDir, 'data'), { recursive: true, force: true });
   }
 }
-
-main().catch((e: unknown) => {
-  process.stderr.write(`store-trial: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
-  process.exitCode = 1;
-});
