@@ -61,19 +61,10 @@ export interface StoredBytes {
   how: string;
 }
 
-/** One run of the rename-race workload, summed over the readers. */
-export interface RenameRaceResult {
+/** One run of the rename-race workload: the readers' counts summed (reader-thread.ts). */
+export interface RenameRaceResult extends Omit<RaceReport, 'startNs' | 'endNs'> {
   /** From the first reader's start to the last reader's end. */
   timeMs: number;
-  /** Attempted opens (ENOENT included). */
-  opens: number;
-  enoent: number;
-  short: number;
-  mixed: number;
-  readsOfA: number;
-  readsOfB: number;
-  otherErrors: number;
-  firstError: string | null;
   /** Write of hot.bin.tmp + rename over hot.bin, done by the writer while the readers ran. */
   renames: number;
 }
