@@ -38,7 +38,7 @@ import {
   type MountStats,
   type WarmupProgress,
 } from './cli/mounted';
-import { defaultDataDir, defaultDramBytes, ENGINES, type EngineChoice } from './daemon/defaults';
+import { defaultDataDir, defaultDramBytes, ENGINES, FUSE_URING_MODES, type EngineChoice, type FuseUringMode } from './daemon/defaults';
 import { formatBytes, parseSize } from './cli/size';
 import { createDaemonLog, LOG_LEVELS, type LogLevel } from './daemon/log';
 
@@ -262,6 +262,7 @@ interface MountArgs extends CommonArgs {
   debug: boolean;
   engine: string;
   passthrough: boolean;
+  fuseUring: string;
   cluster?: string;
   node?: string;
   shared?: string;
@@ -277,7 +278,7 @@ interface MountArgs extends CommonArgs {
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
 const MOUNT_CONFIG_KEYS = [
   'data', 'dram', 'dram-watermarks', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
-  'gpu', 'gpu-device', 'metrics', 'passthrough', 'debug', 'log-level', 'log-file', 'quiet',
+  'gpu', 'gpu-device', 'metrics', 'passthrough', 'fuse-uring', 'debug', 'log-level', 'log-file', 'quiet',
 ] as const;
 
 /**
@@ -308,6 +309,7 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota' || key === 'gpu') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
     if ((key === 'kernel-cache' || key === 'passthrough' || key === 'debug' || key === 'quiet') && typeof value !== 'boolean') throw bad('true or false');
+    if (key === 'fuse-uring' && !(FUSE_URING_MODES as readonly unknown[]).includes(value)) throw bad(FUSE_URING_MODES.join(', '));
     if ((key === 'log-level' || key === 'log-file') && typeof value !== 'string') throw bad('a string');
     if (key === 'engine' && !(ENGINES as readonly unknown[]).includes(value)) throw bad(ENGINES.join(', '));
     // A relative data directory means relative to the config file, not to wherever mount runs.
@@ -399,6 +401,7 @@ async function mount(args: MountArgs): Promise<void> {
     debug: args.debug,
     engine: args.engine as EngineChoice,
     passthrough: args.passthrough,
+    fuseUring: args.fuseUring as FuseUringMode,
     cluster,
   };
   const level = args.quiet ? 'warn' : args.logLevel;
@@ -927,6 +930,13 @@ export function buildCli(argv: string[]) {
             describe:
               'native engine: FUSE passthrough for reads of committed files, which the kernel then serves from a shared-memory copy without the daemon (memory speed). While a file is open this way, opening it for writing fails with EBUSY: write a temporary file and rename it over (Linux 6.9+; default on when CASCADE_PASSTHROUGH=1)',
           })
+          .option('fuse-uring', {
+            type: 'string',
+            choices: FUSE_URING_MODES,
+            default: process.env.CASCADE_FUSE_URING ?? 'auto',
+            describe:
+              'native engine: take requests through FUSE over io_uring (one queue per CPU, each thread on its CPU) instead of read/write on /dev/fuse. auto: where the kernel offers it (Linux 6.14+ with the fuse module parameter enable_uring=Y); on: also set that parameter (as root: /sys/module/fuse/parameters/enable_uring), and say so when it still cannot be used; off: /dev/fuse only (default: $CASCADE_FUSE_URING, else auto)',
+          })
           .option('cluster', {
             type: 'string',
             describe:
@@ -958,7 +968,7 @@ export function buildCli(argv: string[]) {
             describe:
               'serve Prometheus metrics at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1; port 0 picks a free one, logged): tiers, hits, evictions, promotions, dedup, pins, queues, FUSE request latency by opcode, errors by errno, process figures (default: off)',
           })
-          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, debug, log-level, log-file, quiet); flags on the command line win', deferMountConfigErrors)
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, fuse-uring, debug, log-level, log-file, quiet); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
           .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
           .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run')

@@ -13,6 +13,8 @@ export interface NativeFeatures {
   gpu: boolean;
   /** Built with CASCADE_WITH_LIBFABRIC (RDMA parts). */
   libfabric: boolean;
+  /** Built with liburing (FUSE over io_uring in the native engine). */
+  uring: boolean;
   /** Built with CASCADE_ASAN. */
   asan: boolean;
   /** OPENSSL_VERSION_TEXT of the libcrypto the hashing was compiled against. */
@@ -175,6 +177,13 @@ export interface FuseSessionOptions {
   /** The kernel's cache lifetimes the workers tell (as JS does). */
   entryValidMs?: number;
   attrValidMs?: number;
+  /**
+   * FUSE over io_uring where the kernel offers it (Linux 6.14+, fuse.enable_uring=Y) and the addon was
+   * built with liburing: one queue per possible CPU instead of read()/writev() on /dev/fuse.
+   */
+  uring?: boolean;
+  /** Requests each io_uring queue holds at once (1..256; default 16). */
+  uringDepth?: number;
 }
 
 /**
@@ -241,6 +250,10 @@ export interface FuseNegotiated {
   /** FUSE_DIRECT_IO_ALLOW_MMAP (7.39+): shared mmap works on direct-I/O files. */
   directIoMmap: boolean;
   arena: boolean;
+  /** Requests come through io_uring queues. */
+  uring: boolean;
+  /** io_uring was asked for and is not in use: why. */
+  uringWhyNot?: string;
 }
 
 export interface FuseSessionStats {
@@ -265,6 +278,11 @@ export interface FuseSessionStats {
   nativeOpens: number;
   /** Native opens the store's recency never heard of (its list was full). */
   touchedDropped: number;
+  /** io_uring queues (0 without), requests through them, answers JS gave (handed to a queue thread), errors. */
+  uringQueues: number;
+  uringRequests: number;
+  uringCrossThreadReplies: number;
+  uringErrors: number;
 }
 
 /**
@@ -401,4 +419,4 @@ export interface NativeBinding {
 }
 
 /** The ABI this TypeScript expects; a binding built from other sources is refused at load. */
-export const NATIVE_ABI_VERSION = 7;
+export const NATIVE_ABI_VERSION = 8;

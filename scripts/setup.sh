@@ -13,8 +13,9 @@ NODE_MIN=20.15
 # cmake + libssl-dev: the native addon (native/, built by cmake-js; SHA-256 from OpenSSL's libcrypto).
 # redis-server (with redis-cli): the metadata engine for many nodes; its tests start their own servers.
 # libfabric-dev + pkg-config: the remote DRAM tier's data plane (native/src/core/fabric.cc, found by
-# pkg-config); iproute2: the cluster tests' network namespaces (ip netns, veth).
-APT_PACKAGES=(g++ make cmake pkg-config python3 util-linux coreutils ca-certificates libfuse2 fuse attr libssl-dev redis-server libfabric-dev iproute2)
+# pkg-config); iproute2: the cluster tests' network namespaces (ip netns, veth). liburing-dev: FUSE
+# over io_uring in the native engine (found by pkg-config; without it the engine uses /dev/fuse alone).
+APT_PACKAGES=(g++ make cmake pkg-config python3 util-linux coreutils ca-certificates libfuse2 fuse attr libssl-dev redis-server libfabric-dev liburing-dev iproute2)
 
 apt_updated=false
 apt_install() {

@@ -1,5 +1,5 @@
 /**
- * npm test's closing line over its three parts (scripts/test.sh): the native core's C++ tests, mocha
+ * npm test's closing line over its parts (scripts/test.sh): the native core's C++ tests, mocha
  * over every test file, and the mount suites again on fuse-native. Each part prints its own output;
  * this says in one line how all of them went, and fails the run when any did:
  *

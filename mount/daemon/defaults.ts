@@ -22,3 +22,10 @@ export function defaultDramBytes(): number {
 /** Mount engines: `auto` picks `native` where it can run (root, the addon, /dev/fuse), else `fuse-native`. */
 export const ENGINES = ['auto', 'native', 'fuse-native'] as const;
 export type EngineChoice = (typeof ENGINES)[number];
+
+/**
+ * FUSE over io_uring on the native engine: `auto` uses it where the kernel offers it (the fuse module
+ * parameter enable_uring=Y, Linux 6.14+), `on` also sets that parameter when run as root, `off` never.
+ */
+export const FUSE_URING_MODES = ['auto', 'on', 'off'] as const;
+export type FuseUringMode = (typeof FUSE_URING_MODES)[number];

@@ -11,7 +11,7 @@ import { Store, type StoreConfig } from '../../store/store';
 import type { RemoteDramOptions } from '../../store/remote';
 import { CascadeError } from '../../store/errors';
 import { requireNative } from '../../native';
-import type { EngineChoice } from './defaults';
+import type { EngineChoice, FuseUringMode } from './defaults';
 import { LocalServer } from '../socket/server';
 import { checkMountpoint, clearStaleMount, resolveMountpoint } from '../engine/mounts';
 import { formatBytes } from '../cli/size';
@@ -40,6 +40,8 @@ export interface MountOptions {
   engine?: EngineChoice;
   /** Native engine: FUSE passthrough for reads of committed versions. */
   passthrough?: boolean;
+  /** Native engine: FUSE over io_uring (FUSE_URING_MODES; default auto). */
+  fuseUring?: FuseUringMode;
   /**
    * One node of a cluster: metadata in Redis (`redis://host:port[/namespace]`, several hosts for a
    * Redis Cluster), this node's segments in `<shared>/nodes/<node>/` on the shared tier.
@@ -275,13 +277,14 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
           arena: store.dramArena(),
           maxBlockBytes: store.maxBlockBytes,
           passthrough: opts.passthrough,
+          uring: opts.fuseUring,
           observe: metrics?.observe,
           log: warn,
         });
         const n = e.negotiated();
         if (opts.debug) log('--debug traces requests with the fuse-native engine only');
         const reads = n?.arena === true ? 'reads of DRAM blocks served from the arena' : 'every read through JS (no shared-memory arena)';
-        const pt = n?.passthrough === true && opts.passthrough === true ? ', passthrough' : '';
+        const pt = (n?.passthrough === true && opts.passthrough === true ? ', passthrough' : '') + (n?.uring === true ? ', io_uring' : '');
         const req = fuseRequestPages();
         const capped = req.pages < REQUEST_PAGES_WANTED ? ` (capped by fs.fuse.max_pages_limit=${req.limitPages}; raise it to ${REQUEST_PAGES_WANTED} for ${(REQUEST_PAGES_WANTED * 4) / 1024} MiB)` : '';
         return { engine: e, description: `native: FUSE 7.${n?.minor ?? '?'}, ${((n?.maxWriteBytes ?? 0) / 1024) | 0} KiB requests${capped}, ${reads}${pt}` };
@@ -296,6 +299,7 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
     }
   }
   if (opts.passthrough) log('--passthrough needs the native engine: ignored');
+  if (opts.fuseUring === 'on') log('--fuse-uring needs the native engine: ignored');
   const { FuseNativeEngine } = await import('../engine/fuse-native');
   const e = await FuseNativeEngine.mount(mnt, fsOps, { kernelCache: opts.kernelCache, debug: opts.debug, observe: metrics?.observe, log: warn });
   return { engine: e, description: 'fuse-native: libfuse 2, 128 KiB requests' };

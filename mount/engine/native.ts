@@ -19,6 +19,7 @@ import type { DramHold } from '../../store/store';
 import type { CascadeFsOps, DirEntry, FileAttr, Handle } from '../../fs/types';
 import { errnoOf, toErrno } from './errno';
 import type { RequestObserver } from '../daemon/metrics';
+import type { FuseUringMode } from '../daemon/defaults';
 import * as P from './fuse-proto';
 import { BackingCache, type Backing } from './passthrough';
 import { checkMountpoint, clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint } from './mounts';
@@ -47,6 +48,12 @@ export interface NativeEngineOptions {
   passthrough?: boolean;
   /** Bound on the shared-memory copies passthrough reads from (default 1 GiB). */
   passthroughCacheBytes?: number;
+  /**
+   * FUSE over io_uring: requests come through one io_uring queue per CPU instead of read()/writev() on
+   * /dev/fuse. auto (the default): where the kernel offers it (fuse.enable_uring=Y, Linux 6.14+); on:
+   * as root, also turn that parameter on first; off: never.
+   */
+  uring?: FuseUringMode;
   /** Told of every request JS answers (metrics: mount/daemon/metrics.ts). */
   observe?: RequestObserver;
   log?: (msg: string) => void;
@@ -72,6 +79,29 @@ export function fuseRequestPages(limitPath = MAX_PAGES_LIMIT_PATH): { pages: num
     // no such sysctl: an older kernel, fixed at 256 pages
   }
   return { pages: Math.min(REQUEST_PAGES_WANTED, limitPages), limitPages };
+}
+
+const FUSE_URING_PARAM = '/sys/module/fuse/parameters/enable_uring';
+
+/**
+ * Turns on the fuse module's enable_uring parameter (root only), so the kernel offers io_uring to
+ * servers that ask; it changes nothing for servers that do not. Says what it did or why it could not.
+ */
+function enableFuseUring(log: (msg: string) => void): void {
+  let value: string;
+  try {
+    value = fs.readFileSync(FUSE_URING_PARAM, 'utf8').trim();
+  } catch {
+    log(`--fuse-uring on: this kernel has no ${FUSE_URING_PARAM} (FUSE over io_uring needs Linux 6.14+ built with CONFIG_FUSE_IO_URING)`);
+    return;
+  }
+  if (value === 'Y') return;
+  try {
+    fs.writeFileSync(FUSE_URING_PARAM, 'Y');
+    log(`--fuse-uring on: set ${FUSE_URING_PARAM} to Y`);
+  } catch (e) {
+    log(`--fuse-uring on: cannot set ${FUSE_URING_PARAM} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}; root can: echo Y > ${FUSE_URING_PARAM})`);
+  }
 }
 
 /** FUSE opcode names by number, for metrics. */
@@ -243,6 +273,8 @@ export class NativeFuseEngine {
     await checkMountpoint(mnt);
 
     const engine = new NativeFuseEngine(mnt, fsOps, options, log);
+    const uringMode = options.uring ?? 'auto';
+    if (uringMode === 'on') enableFuseUring(log);
     let initDone: (ok: boolean, why: string) => void = () => {};
     const init = new Promise<{ ok: boolean; why: string }>((resolve) => (initDone = (ok, why) => resolve({ ok, why })));
     const binding = requireNative('the native FUSE engine');
@@ -270,6 +302,7 @@ export class NativeFuseEngine {
           openFlags: engine.openFlags() | P.FOPEN.NOFLUSH,
           entryValidMs: VALIDITY.entryMs,
           attrValidMs: VALIDITY.attrMs,
+          uring: uringMode !== 'off',
         },
         (request) => engine.dispatch(request),
         (ok, why) => initDone(ok, why),
@@ -302,6 +335,10 @@ export class NativeFuseEngine {
         },
         drop: (id) => session.stageDrop(id),
       });
+    }
+    if (uringMode === 'on') {
+      const n = session.negotiated();
+      if (!n.uring) log(`FUSE over io_uring was asked for and is not in use: ${n.uringWhyNot ?? 'the kernel did not take it'}; requests go through /dev/fuse`);
     }
     if (options.passthrough === true) {
       const n = session.negotiated();

@@ -49,6 +49,11 @@ export class Daemon {
           if ((want === 'native' || want === 'fuse-native') && !this.stderr.includes(`(engine ${want}:`)) {
             reject(new Error(`CASCADE_ENGINE=${want} but the daemon said: ${this.stderr}`));
           }
+          // Nor a suite run over io_uring (CASCADE_FUSE_URING=on) on /dev/fuse.
+          const uring = this.extra.includes('--fuse-uring') || this.extra.includes('--engine') ? undefined : process.env.CASCADE_FUSE_URING;
+          if (uring === 'on' && !/\(engine native:[^\n]*io_uring/.test(this.stderr)) {
+            reject(new Error(`CASCADE_FUSE_URING=on but the daemon said: ${this.stderr}`));
+          }
           resolve();
         }
       });

@@ -77,6 +77,11 @@ Napi::Object Features(Napi::Env env) {
 #else
   f.Set("libfabric", false);
 #endif
+#ifdef CASCADE_WITH_URING
+  f.Set("uring", true);
+#else
+  f.Set("uring", false);
+#endif
 #ifdef CASCADE_ASAN
   f.Set("asan", true);
 #else
@@ -118,7 +123,7 @@ void InitMapping(Napi::Env env, Napi::Object exports) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("abiVersion", Napi::Number::New(env, 7));  // 7: Arena.fillFromFileAsync
+  exports.Set("abiVersion", Napi::Number::New(env, 8));  // 8: FuseSession uring options and stats
   exports.Set("features", Features(env));
   InitArena(env, exports);
   InitHashIo(env, exports);

@@ -173,9 +173,16 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     if (!OptU32(env, o, "threads", &threads, false) || !OptU32(env, o, "maxPages", &maxPages, false) ||
         !OptU32(env, o, "uid", &uid, true) || !OptU32(env, o, "gid", &gid, true) ||
         (hasArena && !OptU32(env, o, "arenaFd", &arenaFd, true)) || !OptBool(env, o, "allowOther", &opts.allowOther) ||
-        !OptBool(env, o, "passthrough", &opts.passthrough)) {
+        !OptBool(env, o, "passthrough", &opts.passthrough) || !OptBool(env, o, "uring", &opts.uring)) {
       return;
     }
+    uint32_t uringDepth = opts.uringDepth;
+    if (!OptU32(env, o, "uringDepth", &uringDepth, false)) return;
+    if (uringDepth > engine::kUringDepthMax) {
+      ThrowCode(env, "EINVAL", "options.uringDepth must be 1.." + std::to_string(engine::kUringDepthMax));
+      return;
+    }
+    opts.uringDepth = uringDepth;
     opts.threads = threads;
     opts.maxPages = maxPages;
     opts.uid = uid;
@@ -393,6 +400,8 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("maxReadaheadBytes", n.maxReadaheadBytes);
     o.Set("passthrough", n.passthrough);
     o.Set("directIoMmap", n.directIoMmap);
+    o.Set("uring", n.uring);
+    if (!n.uringWhyNot.empty()) o.Set("uringWhyNot", n.uringWhyNot);
     o.Set("arena", session_->mapsArena());
     return o;
   }
@@ -418,6 +427,10 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("servedReleases", static_cast<double>(s.servedReleases));
     o.Set("nativeOpens", static_cast<double>(s.nativeOpensNow));
     o.Set("touchedDropped", static_cast<double>(s.touchedDropped));
+    o.Set("uringQueues", s.uring.queues);
+    o.Set("uringRequests", static_cast<double>(s.uring.requests));
+    o.Set("uringCrossThreadReplies", static_cast<double>(s.uring.crossThreadReplies));
+    o.Set("uringErrors", static_cast<double>(s.uring.errors));
     return o;
   }
 

@@ -195,6 +195,8 @@ void Session::Unmount() {
   }
   for (auto& t : workers_) t.join();
   workers_.clear();
+  // The queue threads too; the rings go before the connection (their commands name its buffers).
+  if (uringOwner_) uringOwner_->Stop();
   // The last close of the connection's fd aborts it: requests of files still open fail with ENOTCONN.
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
@@ -300,6 +302,8 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
   forwarded_.fetch_add(1, std::memory_order_relaxed);
   const uint32_t opcode = in->opcode;
   const uint64_t unique = in->unique;
+  // JS answers it, on its own thread: the ring entry waits for that answer (before JS can see it).
+  if (Uring* u = uring_.load(std::memory_order_acquire)) u->HandOff(unique);
   if (!forward_(std::vector<uint8_t>(message, message + lengthBytes))) {
     if (opcode != FUSE_FORGET && opcode != FUSE_BATCH_FORGET && opcode != FUSE_INTERRUPT) ReplyError(unique, EIO);
   }
@@ -323,6 +327,16 @@ void Session::HandleInit(const uint8_t* message, size_t lengthBytes) {
   uint64_t want = FUSE_ASYNC_READ | FUSE_ATOMIC_O_TRUNC | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_INIT_EXT;
   const uint32_t minor = std::min(in.minor, kProtocolMinor);
   if (options_.passthrough && minor >= 40) want |= kFusePassthrough;
+  std::string uringWhyNot;
+  if (options_.uring) {
+    // Asked for only when it can run: once agreed, the kernel holds every request until the queues
+    // are registered.
+    if ((offered & kFuseOverIoUring) == 0) {
+      uringWhyNot = "the kernel does not offer it (Linux 6.14+ with fuse.enable_uring=Y: echo Y > /sys/module/fuse/parameters/enable_uring)";
+    } else if (Uring::Available(&uringWhyNot)) {
+      want |= kFuseOverIoUring;
+    }
+  }
   // Shared read-only mmap (numpy/torch/safetensors) on the default direct-I/O mount.
   if (minor >= 39) want |= kFuseDirectIoAllowMmap;
   const uint64_t flags = want & offered;
@@ -351,8 +365,32 @@ void Session::HandleInit(const uint8_t* message, size_t lengthBytes) {
     negotiated_.maxReadaheadBytes = out.max_readahead;
     negotiated_.passthrough = (flags & kFusePassthrough) != 0;
     negotiated_.directIoMmap = (flags & kFuseDirectIoAllowMmap) != 0;
+    negotiated_.uringWhyNot = uringWhyNot;
+  }
+  if (st == Status::kOk && (flags & kFuseOverIoUring) != 0) {
+    StartUring(std::max<uint32_t>({FUSE_MIN_READ_BUFFER, out.max_write, static_cast<uint32_t>(out.max_pages * kPageBytes)}));
   }
   onInit_(st == Status::kOk, st == Status::kOk ? "" : "the INIT reply failed");
+}
+
+void Session::StartUring(uint32_t payloadBytes) {
+  std::unique_ptr<Uring> u;
+  std::string why;
+  // Each request a queue thread takes is handled as one read from /dev/fuse would be.
+  const Status st = Uring::Start(fd_, options_.uringDepth, payloadBytes, [this](uint8_t* message, size_t lengthBytes) {
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    Handle(message, lengthBytes);
+  }, &u, &why);
+  std::unique_lock<std::shared_mutex> lock(negotiatedMutex_);
+  if (st != Status::kOk) {
+    // Nothing registered: turn io_uring off for the connection, or every request would wait for it.
+    Uring::Refuse(fd_);
+    negotiated_.uringWhyNot = why;
+    return;
+  }
+  uringOwner_ = std::move(u);
+  uring_.store(uringOwner_.get(), std::memory_order_release);
+  negotiated_.uring = true;
 }
 
 bool Session::ServeWrite(const uint8_t* message, size_t lengthBytes) {
@@ -582,6 +620,10 @@ std::vector<uint64_t> Session::DrainTouched() {
 Status Session::Reply(uint64_t unique, int32_t error, const struct iovec* payload, int payloadCount) {
   if (fd_ < 0) return Status::kClosed;
   if (error < 0 || payloadCount < 0 || payloadCount >= kReplyIovMax) return Status::kInvalid;
+  if (Uring* u = uring_.load(std::memory_order_acquire)) {
+    Status st;
+    if (u->Reply(unique, error, payload, payloadCount, &st)) return st;
+  }
   struct iovec iov[kReplyIovMax];
   fuse_out_header out{};
   out.unique = unique;
@@ -700,6 +742,7 @@ SessionStats Session::stats() const {
   s.servedForgets = servedForgets_.load();
   s.servedOpens = servedOpens_.load();
   s.servedReleases = servedReleases_.load();
+  if (const Uring* u = uring_.load(std::memory_order_acquire)) s.uring = u->stats();
   {
     std::lock_guard<std::mutex> lock(nativeMutex_);
     s.nativeOpensNow = nativeOpens_.size();

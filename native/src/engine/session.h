@@ -25,6 +25,7 @@
 #include "fuse_kernel.h"
 #include "meta.h"
 #include "stage.h"
+#include "uring.h"
 
 namespace cascade::engine {
 
@@ -70,6 +71,9 @@ struct SessionOptions {
   uint32_t openFlags = FOPEN_DIRECT_IO;  // open_out flags of those opens (as JS gives its own)
   uint64_t entryValidMs = 1000;          // the kernel's cache lifetimes, as JS tells them
   uint64_t attrValidMs = 1000;
+  // FUSE over io_uring (uring.h) when the kernel offers it (fuse.enable_uring); else /dev/fuse alone.
+  bool uring = false;
+  unsigned uringDepth = kUringDepthDefault;
 };
 
 // What INIT settled.
@@ -82,6 +86,8 @@ struct Negotiated {
   uint32_t maxReadaheadBytes = 0;
   bool passthrough = false;
   bool directIoMmap = false;  // FUSE_DIRECT_IO_ALLOW_MMAP: shared mmap under direct I/O
+  bool uring = false;         // requests come through io_uring queues
+  std::string uringWhyNot;    // when asked for and not in use: why
 };
 
 struct SessionStats {
@@ -100,6 +106,7 @@ struct SessionStats {
   uint64_t servedReleases = 0;
   uint64_t nativeOpensNow = 0;
   uint64_t touchedDropped = 0;  // native opens the store's recency never heard of (the list was full)
+  UringStats uring;
 };
 
 // A block the arena holds for an open handle: bytes [0, sizeBytes) are the extents, in block order,
@@ -163,6 +170,7 @@ class Session {
   bool ServeNativeRelease(uint64_t unique, uint64_t fh);
   void FillAttrOut(const CachedAttr& a, bool detached, struct fuse_attr* out) const;
   void ReplyError(uint64_t unique, int32_t error);
+  void StartUring(uint32_t payloadBytes);
 
   const SessionOptions options_;
   const Forward forward_;
@@ -178,6 +186,9 @@ class Session {
   std::atomic<size_t> exitedWorkers_{0};  // workers that left their loop (Unmount signals until all did)
   std::atomic<bool> unmounted_{false};
   size_t bufferBytes_ = 0;
+  // Set once, after INIT, by the worker that answered it; read by every replier.
+  std::unique_ptr<Uring> uringOwner_;
+  std::atomic<Uring*> uring_{nullptr};
 
   mutable std::shared_mutex sourcesMutex_;
   std::unordered_map<uint64_t, std::shared_ptr<const ReadSource>> sources_;
