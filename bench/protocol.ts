@@ -34,6 +34,11 @@ export const SUITES = {
     workloads: ['create'],
     systems: ['tmpfs', 'bindfs', 'cascade'],
   },
+  /** Four cluster daemons: remote DRAM reads against the transport's limits, global dedup, scaling. */
+  cluster: {
+    workloads: ['read', 'dedup', 'scaling'],
+    systems: ['cascade'],
+  },
 } as const;
 
 export type Suite = keyof typeof SUITES;
@@ -73,6 +78,7 @@ export type MountTrialArgs = TrialArgsOf<'mount'>;
 export type PeerTrialArgs = TrialArgsOf<'peers'>;
 export type NativeTrialArgs = TrialArgsOf<'native'>;
 export type FullCacheTrialArgs = TrialArgsOf<'full-cache'>;
+export type ClusterTrialArgs = TrialArgsOf<'cluster'>;
 
 /** One measured operation: every counted run's time, warm-ups excluded. */
 export type FigureSamples = RateFigureSamples;

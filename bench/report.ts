@@ -216,6 +216,7 @@ const SUITE_TITLES: Record<Suite, string> = {
   peers: 'Side by side: Cascade next to real peers',
   native: 'Native addon: on (`addon`) and off (`ts`, CASCADE_NATIVE=0)',
   'full-cache': 'Full cache: creates with DRAM empty and full',
+  cluster: 'Cluster: four nodes on this machine, remote DRAM reads against the transport',
 };
 
 const SUITE_NOTES: Record<Suite, string> = {
@@ -233,6 +234,10 @@ const SUITE_NOTES: Record<Suite, string> = {
   'full-cache':
     'One python3 process creates files (open, one write, close) through a fresh native-engine mount per --dram; the working set is 4x what DRAM holds (at least 32,768 files), so the last quarter is written into a full cache. ' +
     'Creates/s while DRAM is empty and while it is full, their ratio, and slot bytes per block byte; tmpfs and bindfs create the same files in the same run.',
+  cluster:
+    "Nodes a, b, c with the remote DRAM tier (libfabric tcp;ofi_rxm on loopback; b never keeps what it reads remotely), d with --fabric off; one redis-server, one shared directory. " +
+    "Each run writes a new block on a; `remote` = the read on b, `shared-cold` = on d (a's segments dropped from the page cache), `local` = on a; the peers (`segment-read`, `redis-get`, `fi_read`, `iperf3`) in the same trial. " +
+    'Whole-file reads through the mounts, timed in the trial process.',
 };
 
 function storeSections(reports: TrialReport[]): { lines: string[]; json: object } {
@@ -445,7 +450,25 @@ function fullCacheSections(reports: TrialReport[]): { lines: string[]; json: obj
   return { lines, json: { fullCache: rows } };
 }
 
+/** Global dedup and the scaling counts: what the cluster's figures do not say. */
+function clusterSections(reports: TrialReport[]): { lines: string[]; json: object } {
+  const lines: string[] = [];
+  const dedup = reports.find((r) => r.workload === 'dedup');
+  const put = dedup?.figures.find((f) => f.figure === 'put-duplicate');
+  if (dedup && put) {
+    lines.push('', `Global dedup: ${sizeLabel(dedup.blockBytes)} that a stores, written on c in ${put.latencyMs.median.toFixed(0)} ms; c's segments grew ${String(dedup.checks.otherNodeSegmentGrowthBytes)} bytes.`);
+  }
+  const scaling = reports.find((r) => r.workload === 'scaling');
+  const rows = scaling ? [1, 2, 3].map((n) => ({ nodes: n, sharedLoads: num(scaling.checks[`sharedLoads${n}`]), remoteLoads: num(scaling.checks[`remoteLoads${n}`]) })) : [];
+  if (scaling) {
+    lines.push('', `| nodes reading ${String(scaling.checks.blocks)} prefix blocks (written on d) | loaded from the shared tier | fetched from a peer's DRAM |`, '|---:|---:|---:|');
+    for (const r of rows) lines.push(`| ${r.nodes} | ${String(r.sharedLoads)} | ${String(r.remoteLoads)} |`);
+  }
+  return { lines, json: { scaling: rows } };
+}
+
 const SECTIONS: Partial<Record<Suite, (reports: TrialReport[]) => { lines: string[]; json: object }>> = {
+  cluster: clusterSections,
   store: storeSections,
   mount: mountSections,
   peers: peerSections,

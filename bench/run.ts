@@ -3,8 +3,7 @@
  * [--list]`. It takes the chosen rows of the trial table (trials.ts), runs each in a fresh process
  * (trial.js) with its own scratch directory, sweeps whatever a trial left (mounts, daemons, files) even
  * after a crash, shows progress, and writes one report (report.ts): JSON with every raw sample,
- * markdown (also on stdout) and an SVG chart. `--suite cluster` runs the cluster benchmark
- * (cluster-bench.ts: four daemons at once, not a table of independent trials) in a process of its own.
+ * markdown (also on stdout) and an SVG chart.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -21,8 +20,6 @@ import { DEFAULT_SUITES, MOUNT_SIZING, PEER_SIZING, SUITE_NAMES, sizeLabel, tria
 
 /** A trial that takes longer than this is stuck (the runner then stops it and sweeps its mounts). */
 const TRIAL_TIMEOUT_MS = 30 * 60 * 1000;
-/** The cluster benchmark as a whole (about 5 min in full on a 2-core VM). */
-const CLUSTER_TIMEOUT_MS = 60 * 60 * 1000;
 
 // ---- one trial in a fresh process -----------------------------------------------------------------
 
@@ -196,6 +193,8 @@ function preflight(rows: TrialRow[]): void {
     if (!fs.existsSync(H5PY_PEER_SCRIPT)) problems.push(`${H5PY_PEER_SCRIPT} is missing`);
   }
   if (uses('full-cache') && missing('python3', ['--version'])) problems.push('python3 missing (the full-cache trials create files from python3)');
+  if (uses('cluster') && missing('redis-server', ['--version'])) problems.push('redis-server missing: apt-get install redis-server (or bash scripts/bench-peers.sh)');
+  if (rows.some((t) => t.suite === 'cluster' && t.workload === 'read') && missing('iperf3', ['--version'])) problems.push('iperf3 missing: apt-get install iperf3 (or bash scripts/bench-peers.sh)');
   exitOnProblems('bench', problems);
 }
 
@@ -232,7 +231,7 @@ function progress(total: number) {
 
 const USAGE = `usage: node dist/bench/run.js [--suite S[,S...]] [--quick] [--filter F[,F...]] [--out FILE.json] [--list] [--help]
 
-  --suite   ${SUITE_NAMES.join(', ')}, all, or cluster (default: ${DEFAULT_SUITES.join(',')}, what \`npm run bench\` runs)
+  --suite   ${SUITE_NAMES.join(', ')} or all (default: ${DEFAULT_SUITES.join(',')}, what \`npm run bench\` runs)
   --quick   fewer sizes and runs
   --filter  trials whose name contains one of the comma-separated substrings (plus the limits and
             peers their ratios and goals need)
@@ -242,7 +241,6 @@ const USAGE = `usage: node dist/bench/run.js [--suite S[,S...]] [--quick] [--fil
 
 interface Options {
   suites: Suite[];
-  cluster: boolean;
   quick: boolean;
   filter: string | undefined;
   outFile: string | undefined;
@@ -255,7 +253,7 @@ function usage(code: number): never {
 }
 
 function parseOptions(argv: string[]): Options {
-  const o: Options = { suites: DEFAULT_SUITES, cluster: false, quick: false, filter: undefined, outFile: undefined, list: false };
+  const o: Options = { suites: DEFAULT_SUITES, quick: false, filter: undefined, outFile: undefined, list: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const value = () => (i + 1 < argv.length ? argv[++i] : usage(2));
@@ -266,11 +264,6 @@ function parseOptions(argv: string[]): Options {
     else if (a === '--out') o.outFile = value();
     else if (a === '--suite') {
       const names = value().split(',').map((x) => x.trim());
-      if (names.includes('cluster')) {
-        if (names.length > 1) usage(2);
-        o.cluster = true;
-        continue;
-      }
       if (names.includes('all')) o.suites = [...SUITE_NAMES];
       else if (names.every((n): n is Suite => (SUITE_NAMES as string[]).includes(n))) o.suites = names;
       else usage(2);
@@ -287,17 +280,10 @@ function listTrials(rows: TrialRow[]): void {
   process.stdout.write(`${lines.join('\n')}\n${rows.length} trials\n`);
 }
 
-/** The cluster benchmark in a process of its own; its own results file and table. */
-function runCluster(o: Options): never {
-  const r = spawnSync(process.execPath, [path.join(__dirname, 'cluster-bench.js'), ...(o.quick ? ['--quick'] : [])], { stdio: 'inherit', timeout: CLUSTER_TIMEOUT_MS });
-  process.exit(r.status ?? 1);
-}
-
 // ---- main -----------------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
   const o = parseOptions(process.argv.slice(2));
-  if (o.cluster) runCluster(o);
   const { trials: rows, notRun } = trialTable(o.suites, o.quick, o.filter);
   if (o.list) return listTrials(rows);
   if (rows.length === 0) {

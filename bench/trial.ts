@@ -6,6 +6,7 @@
  */
 import { installInterruptHandlers, Interrupted, wasInterrupted } from './mounts';
 import { parseTrialArgs, trialResultLine, type CheckValue, type FigureSamples, type TrialArgs } from './protocol';
+import { runClusterTrial } from './workloads/cluster';
 import { runFullCacheTrial } from './workloads/full-cache';
 import { runMountTrial } from './workloads/mount';
 import { runNativeTrial } from './workloads/native';
@@ -24,6 +25,8 @@ function runTrial(args: TrialArgs): Promise<{ figures: FigureSamples[]; checks: 
       return runNativeTrial(args);
     case 'full-cache':
       return runFullCacheTrial(args);
+    case 'cluster':
+      return runClusterTrial(args);
   }
 }
 

@@ -9,6 +9,7 @@ import { MiB } from '../store/constants';
 import { filterMatches, sizeLabel as mibLabel } from './common';
 import { SUITE_NAMES, SUITES, type Suite, type SystemOf, type TrialArgsOf, type WorkloadOf } from './protocol';
 import { SYSTEMS as PEER_SYSTEMS } from './systems';
+import { CLUSTER_PREFIX } from './workloads/cluster';
 import { slotFor } from './workloads/full-cache';
 
 // ---- roles and ratios -----------------------------------------------------------------------------
@@ -25,6 +26,7 @@ const ROLES: { [S in Suite]: Record<SystemOf<S>, Role> } = {
   peers: Object.fromEntries(PEER_SYSTEMS.map((s) => [s.name, s.role])) as Record<SystemOf<'peers'>, Role>,
   native: { addon: 'cascade', ts: 'cascade' },
   'full-cache': { tmpfs: 'limit', bindfs: 'peer', cascade: 'cascade' },
+  cluster: { cascade: 'cascade' },
 };
 
 export function roleOf(suite: Suite, system: string): Role {
@@ -45,6 +47,7 @@ export const RATIOS: Record<Suite, { byWorkload: boolean; limitFigure?: Record<s
   peers: { byWorkload: true },
   native: { byWorkload: true },
   'full-cache': { byWorkload: true },
+  cluster: { byWorkload: true },
 };
 
 // ---- goals ----------------------------------------------------------------------------------------
@@ -396,6 +399,25 @@ function fullCacheTrials(quick: boolean): Table {
   return { trials, notRun: [] };
 }
 
+// ---- cluster --------------------------------------------------------------------------------------
+
+function clusterTrials(quick: boolean): Table {
+  const trials: TrialRow[] = [];
+  // Every run reads a block never read before: the first remote read from a peer also sets up the connection, and counts.
+  const runs = quick ? 3 : 5;
+  for (const b of [2 * MiB, 64 * MiB]) {
+    trials.push(
+      rowOf('cluster', `read ${sizeLabel(b)}`, 'read', 'cascade', b, { runs, warmups: 0 }, [
+        { goal: 'remote DRAM read >= 0.8x the fi_read loop', measure: { figure: 'remote' }, against: { kind: 'figure', figure: 'fi_read' }, target: 0.8 },
+        { goal: 'remote DRAM read >= 2x the cold shared-tier read', measure: { figure: 'remote' }, against: { kind: 'figure', figure: 'shared-cold' }, target: 2 },
+      ]),
+    );
+  }
+  trials.push(rowOf('cluster', 'dedup 64MiB', 'dedup', 'cascade', 64 * MiB, { runs: 1, warmups: 0 }));
+  trials.push(rowOf('cluster', `scaling ${sizeLabel(CLUSTER_PREFIX.blockBytes)}`, 'scaling', 'cascade', CLUSTER_PREFIX.blockBytes, { runs: 1, warmups: 0, blocks: CLUSTER_PREFIX.blocks }));
+  return { trials, notRun: [] };
+}
+
 // ---- the table ------------------------------------------------------------------------------------
 
 const SUITE_TABLES: Record<Suite, (quick: boolean) => Table> = {
@@ -404,6 +426,7 @@ const SUITE_TABLES: Record<Suite, (quick: boolean) => Table> = {
   peers: peerTrials,
   native: nativeTrials,
   'full-cache': fullCacheTrials,
+  cluster: clusterTrials,
 };
 
 /** What `npm run bench` runs: the side-by-side table, then the full-cache trials. */

@@ -1,0 +1,218 @@
+/**
+ * The cluster suite's workloads (issue 11): four `cascade mount --cluster` daemons on this machine, one
+ * redis-server, one shared directory, all under the trial's scratch directory. Nodes a, b and c run the
+ * remote DRAM tier (libfabric tcp;ofi_rxm on loopback; b never keeps a copy of what it reads remotely,
+ * so every read is remote); node d runs with `--fabric off` (it reads other nodes' blocks from the
+ * shared tier only).
+ *
+ * - read (per block size): each run writes a new block on a, then times, in this order,
+ *   `shared-cold`: a read on d (a's segment files dropped from the page cache; d checks the SHA-256),
+ *   `remote`: a read on b (hold, fi_read into b's arena, SHA-256 check, then the read through b's mount),
+ *   `local`: a read on a (the writer's DRAM), `segment-read`: a plain cold read of the block's bytes from
+ *   a's segment file (the disk's limit), `redis-get`: a Redis GET of a value of the same size from the
+ *   same redis-server. Then the transport's own limits: `fi_read` (native/bench/fi_read_bench.cc, a C++
+ *   fi_read loop between two processes over the same provider and address) and `iperf3` (TCP, one stream).
+ * - dedup: 64 MiB that a stores, written on c: the time, and how much c's segments grew (global dedup).
+ * - scaling: 16 blocks of 2 MiB written on d (which does not advertise its DRAM), read by 1, 2 and 3
+ *   nodes (a, b, c): blocks loaded from the shared tier and from peers' DRAM, summed over the nodes.
+ *
+ * Every read is a whole-file read through a mount with Node's fs.readFileSync (open, read until EOF,
+ * close), timed in the trial process; the daemons are other processes.
+ */
+import * as crypto from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { Redis } from 'ioredis';
+import { parseRedisUrl, RedisMeta } from '../../store/meta/redis';
+import { Daemon } from '../../test/mount/daemon';
+// The test suite's real-Redis helper: the same servers (loopback port, AOF, appendfsync always).
+import { RedisServers } from '../../test/store/redis-server';
+import { clockMs, dropPageCache } from '../common';
+import { trialLayout } from '../mounts';
+import type { CheckValue, ClusterTrialArgs, FigureSamples } from '../protocol';
+import { fiReadLimit, iperf3Limit } from '../transport-peers';
+
+const MiB = 1024 * 1024;
+const FABRIC_ADDR = '127.0.0.1';
+/** Seconds each transport peer measures. */
+const PEER_SECONDS = 3;
+/** Blocks of the scaling workload's prefix, and the nodes that read it in turn. */
+const PREFIX_BLOCKS = 16;
+const PREFIX_BLOCK_BYTES = 2 * MiB;
+/** stats.json snapshots are 100 ms old at most. */
+const STATS_SETTLE_MS = 150;
+
+const sha256Hex = (data: Buffer) => crypto.createHash('sha256').update(data).digest('hex');
+const settleStats = () => new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
+
+function timeRead(file: string, want: string): number {
+  const t = clockMs();
+  const data = fs.readFileSync(file);
+  const ms = clockMs() - t;
+  if (sha256Hex(data) !== want) throw new Error(`wrong bytes from ${file}`);
+  return ms;
+}
+
+function segmentFiles(dir: string): string[] {
+  const seg = path.join(dir, 'segments');
+  return fs.existsSync(seg) ? fs.readdirSync(seg).filter((f) => f.endsWith('.log')).map((f) => path.join(seg, f)) : [];
+}
+
+function dirBytes(dir: string): number {
+  return segmentFiles(dir).reduce((n, f) => n + fs.statSync(f).size, 0);
+}
+
+/** Whole blocks this node loaded from other nodes' segments, and from peers' DRAM, so far. */
+function loads(mnt: string): { shared: number; remote: number } {
+  const s = JSON.parse(fs.readFileSync(path.join(mnt, '.cascade', 'stats.json'), 'utf8')) as { cluster: { sharedLoads: number; remote?: { loads: number } } };
+  return { shared: s.cluster.sharedLoads, remote: s.cluster.remote?.loads ?? 0 };
+}
+
+interface Cluster {
+  /** A node's mount point. */
+  mnt(node: string): string;
+  shared: string;
+  url: string;
+  redisPort: number;
+}
+
+/** Redis and the four nodes, under the trial's scratch directory, for the length of `f`. */
+async function withCluster<T>(scratchDir: string, f: (c: Cluster) => Promise<T>): Promise<T> {
+  const shared = path.join(scratchDir, 'shared');
+  const redis = await RedisServers.start(false);
+  const url = `redis://127.0.0.1:${redis.ports[0]}/bench`;
+  const nodes: Record<string, Daemon> = {};
+  try {
+    for (const n of ['a', 'b', 'c', 'd']) {
+      const mnt = path.join(scratchDir, `mnt-${n}`);
+      fs.mkdirSync(mnt);
+      const fabric =
+        n === 'd' ? ['--fabric', 'off'] : ['--fabric', 'tcp;ofi_rxm', '--fabric-addr', FABRIC_ADDR, ...(n === 'b' ? ['--remote-promote-after', '1000000'] : [])];
+      // 1 GiB of DRAM each: the helper's default (64 MiB) would not hold the 64 MiB blocks.
+      nodes[n] = new Daemon(mnt, path.join(scratchDir, `data-${n}`), ['--dram', '1G', '--cluster', url, '--node', n, '--shared', shared, ...fabric]);
+      await nodes[n].start();
+      // The runner kills what is listed here if this trial dies without stopping its daemons.
+      if (nodes[n].proc?.pid !== undefined) fs.appendFileSync(trialLayout(scratchDir).pidFile, `${nodes[n].proc?.pid}\n`);
+    }
+    return await f({ mnt: (n) => nodes[n].mnt, shared, url, redisPort: redis.ports[0] });
+  } finally {
+    for (const d of Object.values(nodes)) await d.stop();
+    await redis.stop();
+  }
+}
+
+const figure = (name: string, label: string, bytesPerRun: number, timesMs: number[], opsPerRun = 1): FigureSamples => ({ figure: name, label, unit: 'GB/s', bytesPerRun, opsPerRun, timesMs });
+
+async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figures: FigureSamples[]; checks: Record<string, CheckValue> }> {
+  const size = args.blockBytes;
+  const meta = await RedisMeta.connect(parseRedisUrl(c.url));
+  const client = new Redis({ host: '127.0.0.1', port: c.redisPort });
+  const times = { cold: [] as number[], remote: [] as number[], local: [] as number[], raw: [] as number[], get: [] as number[] };
+  try {
+    const dir = `kv/bench/s${size}`;
+    fs.mkdirSync(path.join(c.mnt('a'), dir), { recursive: true });
+    for (let i = 0; i < args.warmups + args.runs; i++) {
+      const counted = i >= args.warmups;
+      const data = crypto.randomBytes(size);
+      const sha = sha256Hex(data);
+      const rel = `${dir}/r${i}`;
+      fs.writeFileSync(path.join(c.mnt('a'), rel), data);
+      for (const f of segmentFiles(path.join(c.shared, 'nodes', 'a'))) dropPageCache(f);
+      const cold = timeRead(path.join(c.mnt('d'), rel), sha);
+      const before = loads(c.mnt('b')).remote;
+      const remote = timeRead(path.join(c.mnt('b'), rel), sha);
+      await settleStats();
+      if (loads(c.mnt('b')).remote !== before + 1) throw new Error(`the read on b was not a remote DRAM read (${before} -> ${loads(c.mnt('b')).remote})`);
+      const local = timeRead(path.join(c.mnt('a'), rel), sha);
+      const [place] = (await meta.locate(sha)).filter((p) => p.node === 'a');
+      const file = path.join(c.shared, place.file);
+      dropPageCache(file);
+      const buf = Buffer.allocUnsafe(size);
+      const fd = fs.openSync(file, 'r');
+      const t = clockMs();
+      for (let off = 0; off < size; ) off += fs.readSync(fd, buf, off, size - off, place.offsetBytes + 4096 + off);
+      const raw = clockMs() - t;
+      fs.closeSync(fd);
+      if (sha256Hex(buf) !== sha) throw new Error(`the record in ${file} holds other bytes`);
+      await client.set('bench:value', data);
+      const g = clockMs();
+      const back = await client.getBuffer('bench:value');
+      const get = clockMs() - g;
+      if (!back || !back.equals(data)) throw new Error('Redis GET returned other bytes');
+      if (!counted) continue;
+      times.cold.push(cold);
+      times.remote.push(remote);
+      times.local.push(local);
+      times.raw.push(raw);
+      times.get.push(get);
+    }
+  } finally {
+    await meta.close();
+    client.disconnect();
+  }
+  const fi = await fiReadLimit({ blockBytes: size, seconds: PEER_SECONDS, addr: FABRIC_ADDR });
+  const tcp = await iperf3Limit({ seconds: PEER_SECONDS, addr: FABRIC_ADDR });
+  return {
+    figures: [
+      figure('remote', "read on b of a block in a's DRAM (remote DRAM tier): hold + fi_read into b's arena + SHA-256 check + read through the mount", size, times.remote),
+      figure('shared-cold', "read on d of a block a wrote (shared tier, cold): d has no fabric; a's segments dropped from the page cache; d checks the SHA-256", size, times.cold),
+      figure('local', "read on a (the writer's DRAM, local, hot)", size, times.local),
+      figure('segment-read', "peer: plain read of the record from a's segment file, cold (the disk limit for the cold read)", size, times.raw),
+      figure('redis-get', 'peer: Redis GET of a value of the same size (redis-server on loopback, ioredis, in memory)', size, times.get),
+      // One entry: the mean block time of the loop (its rate is the loop's bytes over its summed time).
+      figure('fi_read', `peer: fi_read loop between two processes (C++, libfabric tcp;ofi_rxm on ${FABRIC_ADDR}), ${fi.blocks} blocks in ${PEER_SECONDS} s`, size, [fi.meanBlockMs]),
+      figure('iperf3', `peer: iperf3 TCP, one stream, ${FABRIC_ADDR}, ${PEER_SECONDS} s (1 GB at its rate)`, 1e9, [1000 / tcp.GBps]),
+    ],
+    checks: { contentVerified: true, fiReadBlocks: fi.blocks, fabric: `a, b, c: tcp;ofi_rxm on ${FABRIC_ADDR} (b: --remote-promote-after 1000000); d: --fabric off`, dramPerNode: '1 GiB' },
+  };
+}
+
+async function dedupWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figures: FigureSamples[]; checks: Record<string, CheckValue> }> {
+  const dup = crypto.randomBytes(args.blockBytes);
+  fs.mkdirSync(path.join(c.mnt('a'), 'kv/bench/dup'), { recursive: true });
+  fs.writeFileSync(path.join(c.mnt('a'), 'kv/bench/dup/one'), dup);
+  const cBefore = dirBytes(path.join(c.shared, 'nodes', 'c'));
+  const t = clockMs();
+  fs.writeFileSync(path.join(c.mnt('c'), 'kv/bench/dup/two'), dup);
+  const ms = clockMs() - t;
+  const grew = dirBytes(path.join(c.shared, 'nodes', 'c')) - cBefore;
+  const back = fs.readFileSync(path.join(c.mnt('c'), 'kv/bench/dup/two'));
+  return {
+    figures: [figure('put-duplicate', 'write on c of a block a already stores (SHA-256 and one Redis script; nothing to store)', args.blockBytes, [ms])],
+    checks: { contentVerified: back.equals(dup), otherNodeSegmentGrowthBytes: grew },
+  };
+}
+
+async function scalingWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figures: FigureSamples[]; checks: Record<string, CheckValue> }> {
+  const figures: FigureSamples[] = [];
+  const checks: Record<string, CheckValue> = { contentVerified: true, blocks: args.blocks };
+  for (const count of [1, 2, 3]) {
+    const prefixDir = `kv/bench/prefix${count}`;
+    fs.mkdirSync(path.join(c.mnt('d'), prefixDir), { recursive: true });
+    const shas: string[] = [];
+    for (let i = 0; i < args.blocks; i++) {
+      const data = crypto.randomBytes(args.blockBytes);
+      shas.push(sha256Hex(data));
+      fs.writeFileSync(path.join(c.mnt('d'), prefixDir, `b${i}`), data);
+    }
+    const readers = ['a', 'b', 'c'].slice(0, count);
+    await settleStats();
+    const before = readers.map((n) => loads(c.mnt(n)));
+    let ms = 0;
+    for (const n of readers) for (let i = 0; i < args.blocks; i++) ms += timeRead(path.join(c.mnt(n), prefixDir, `b${i}`), shas[i]);
+    await settleStats();
+    const after = readers.map((n) => loads(c.mnt(n)));
+    figures.push(figure(`read ${count} node${count > 1 ? 's' : ''}`, `${count} node(s) read the ${args.blocks} prefix blocks in turn (summed read time)`, count * args.blocks * args.blockBytes, [ms], count * args.blocks));
+    checks[`sharedLoads${count}`] = after.reduce((s, x, i) => s + x.shared - before[i].shared, 0);
+    checks[`remoteLoads${count}`] = after.reduce((s, x, i) => s + x.remote - before[i].remote, 0);
+  }
+  return { figures, checks };
+}
+
+/** One cluster-suite trial: start the cluster, run the workload, stop it. */
+export function runClusterTrial(args: ClusterTrialArgs): Promise<{ figures: FigureSamples[]; checks: Record<string, CheckValue> }> {
+  const run = { read: readWorkload, dedup: dedupWorkload, scaling: scalingWorkload }[args.workload];
+  return withCluster(args.scratchDir, (c) => run(args, c));
+}
+
+export const CLUSTER_PREFIX = { blocks: PREFIX_BLOCKS, blockBytes: PREFIX_BLOCK_BYTES };
