@@ -40,6 +40,7 @@ const O_ACCMODE = 3;
 const O_WRONLY = 1;
 const O_RDWR = 2;
 const O_TRUNC = 0o1000;
+const O_EXCL = 0o200;
 const O_APPEND = 0o2000;
 
 export const XATTR_PINNED = 'user.cascade.pinned';
@@ -423,10 +424,13 @@ export class CascadeFs implements CascadeFsOps {
 
   // ---- files --------------------------------------------------------------------------------------
 
-  async create(path: string, mode: number, _flags: number): Promise<Handle> {
+  async create(path: string, mode: number, flags: number): Promise<Handle> {
     const rel = this.kvRel(path, 'create');
     this.checkFileName(rel);
     const kind = await this.kindOf(rel);
+    // The kernel asks only for names it believes absent; one that exists after all (its cached entry
+    // was stale) answers as open(2) does on a local filesystem: O_EXCL first, then a directory.
+    if (kind !== undefined && (flags & O_EXCL) !== 0) throw new CascadeError('EEXIST', `${path} exists`);
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     // Re-created after an unlink while open (libfuse hid the old file): the old file goes from the store
     // now, as an unlink does on the native engine, so that the new file starts empty, with a new history

@@ -10,6 +10,7 @@ const O_RDWR = 2;
 const O_CREAT = 0o100;
 const O_TRUNC = 0o1000;
 const O_APPEND = 0o2000;
+const O_EXCL = 0o200;
 
 const dirs: string[] = [];
 after(() => dirs.forEach(rmDir));
@@ -63,6 +64,16 @@ describe('CascadeFs (no kernel)', function () {
     assert.equal((await store.stat('llama/a/block.bin')).sha256, sha256(data));
     assert.equal((await fs.getattr('/kv/llama/a/block.bin')).sizeBytes, data.length);
     assert.deepEqual((await fs.readdir('/kv/llama')).map((e) => e.name), ['a']);
+  });
+
+  it('a create the kernel sends for a name that exists after all answers as open(2) does: O_EXCL is EEXIST, even on a directory', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await fs.mkdir('/kv/m/d', 0o755);
+    await writeFile(fs, '/kv/m/f', Buffer.from('keep'));
+    await rejectsWith(() => fs.create('/kv/m/f', 0o644, O_CREAT | O_EXCL | O_WRONLY), 'EEXIST');
+    await rejectsWith(() => fs.create('/kv/m/d', 0o644, O_CREAT | O_EXCL | O_WRONLY), 'EEXIST');
+    await rejectsWith(() => fs.create('/kv/m/d', 0o644, O_CREAT | O_WRONLY | O_TRUNC), 'EISDIR');
+    assert.equal((await readFile(fs, '/kv/m/f')).toString(), 'keep', 'the O_EXCL create left the file alone');
   });
 
   it('handles holes, rewrites and ftruncate in a staging file; the commit hash is right', async () => {
