@@ -236,6 +236,7 @@ const USAGE = `usage: node dist/bench/run.js [--suite S[,S...]] [--quick] [--fil
   --filter  trials whose name contains one of the comma-separated substrings (plus the limits and
             peers their ratios and goals need)
   --out     the results file (the .md and .svg go beside it); default bench/results/[<suites>-]<date>-<host>[-quick].json
+            (no prefix for the default suites, "all" for every suite, else the suites joined by +)
   --list    print the chosen trials (suite, workload, system, size, runs, goals) and exit
 `;
 
@@ -329,7 +330,8 @@ async function main(): Promise<void> {
 
   const date = startedAt.toISOString().slice(0, 10);
   const isDefault = o.suites.length === DEFAULT_SUITES.length && o.suites.every((s) => DEFAULT_SUITES.includes(s));
-  const outFile = resultsFile(isDefault ? '' : o.suites.join('+'), date, o);
+  const isAll = o.suites.length === SUITE_NAMES.length;
+  const outFile = resultsFile(isDefault ? '' : isAll ? 'all' : o.suites.join('+'), date, o);
   const base = outFile.replace(/\.json$/, '');
   const title = isDefault ? 'Side-by-side benchmark' : `Benchmark (${o.suites.join(', ')})`;
   let chartFile: string | null = `${base}.svg`;
