@@ -635,7 +635,7 @@ async function listMounts(args: { json: boolean }): Promise<void> {
 }
 
 async function unmount(mountpoint: string, wait = true): Promise<void> {
-  const { fusermountUnmount, mountEntry, resolveMountpoint } = await import('./engine/fuse-native');
+  const { fusermountUnmount, mountEntry, resolveMountpoint } = await import('./engine/mounts');
   // The parent-only form first: stat of the mountpoint itself would hang if its daemon hangs.
   let mnt = resolveMountpoint(mountpoint, false);
   let entry = mountEntry(mnt);

@@ -861,6 +861,7 @@ export class NativeFuseEngine {
 
   private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing): void {
     this.opens.set(fh, { nodeid, writer, backing });
+    this.nodes.native.jsOpens(nodeid, 1);
     const n = this.nodeOpens.get(nodeid) ?? { passthrough: 0, other: 0 };
     if (backing !== undefined) {
       n.passthrough++;
@@ -875,6 +876,7 @@ export class NativeFuseEngine {
     const o = this.opens.get(fh);
     if (o === undefined) return;
     this.opens.delete(fh);
+    this.nodes.native.jsOpens(o.nodeid, -1);
     o.backing?.release();
     const n = this.nodeOpens.get(o.nodeid);
     if (n === undefined) return;

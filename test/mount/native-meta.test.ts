@@ -56,6 +56,8 @@ describe('native engine: metadata table (binding, no kernel)', function () {
     assert.throws(() => t.publish('/kv/a', Buffer.alloc(10), true, 1, 0, 1), /88-byte/);
     assert.throws(() => t.remember('relative'), /absolute/);
     assert.throws(() => new (nativeBinding()!.MetaTable)(0, 1), /nodesMax/);
+    assert.throws(() => t.jsOpens(t.remember('/kv/a'), 2 as 1), /delta must be 1 or -1/);
+    t.jsOpens(12345, -1); // a node the kernel forgot: nothing to count
   });
 });
 
@@ -236,6 +238,29 @@ describe('native engine: lookups, stats and opens answered in C++ (real mounts)'
       assert.ok(back.equals(v1));
     } finally {
       fs.closeSync(fd);
+    }
+  });
+
+  it('fstat of an O_TRUNC writer after unlink is the writer\'s size, though a reader opened in C++ holds the old version', async () => {
+    // Found by the model test: fstat reaches the daemon without a handle; the C++ answer from its own
+    // open (the reader's 100 bytes) must not stand in for a writer that JS has open.
+    const mnt = await start('writer-fstat', ['--dram', '64M']);
+    const f = path.join(mnt, 'kv', 'm', 'w');
+    fs.writeFileSync(f, randomBytes(100));
+    fs.readFileSync(f);
+    const before = engineStats(mnt).servedOpens;
+    const reader = fs.openSync(f, 'r');
+    let writer: number | undefined;
+    try {
+      assert.equal(engineStats(mnt).servedOpens - before, 1, 'the reader was opened in C++');
+      writer = fs.openSync(f, 'w');
+      fs.writeSync(writer, Buffer.alloc(7));
+      fs.unlinkSync(f);
+      assert.equal(fs.fstatSync(writer).size, 7);
+      assert.equal(fs.fstatSync(writer).nlink, 0);
+    } finally {
+      if (writer !== undefined) fs.closeSync(writer);
+      fs.closeSync(reader);
     }
   });
 

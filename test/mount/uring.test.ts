@@ -71,7 +71,7 @@ describe('native engine: FUSE over io_uring (real mounts)', function () {
     fs.writeFileSync(PARAM, 'N');
     const mnt = await start('on', 'on');
     assert.equal(fs.readFileSync(PARAM, 'utf8').trim(), 'Y', 'the daemon turned the parameter on');
-    assert.match(daemon!.stderr, /\(engine native:[^)]*io_uring/, daemon!.stderr);
+    assert.match(daemon!.stderr, /\(engine native:[^\n]*io_uring/, daemon!.stderr);
     const s0 = engineStats(mnt);
     assert.equal(s0.uring, true);
     assert.equal(s0.uringQueues, possibleCpus());

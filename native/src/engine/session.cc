@@ -504,10 +504,11 @@ bool Session::ServeGetattr(const uint8_t* message, size_t lengthBytes) {
   } else if (!options_.meta->AttrOf(hdr->nodeid, &a)) {
     // fstat of a file unlinked or replaced while open arrives without a handle (the kernel's getattr
     // has none): a native open of the node has its version; nlink 0, as on a local filesystem.
-    if (!options_.meta->IsDetached(hdr->nodeid)) return false;
+    // JS's opens, if any, answer it: each of its handles knows its version (a writer's own size).
+    if (!options_.meta->IsDetached(hdr->nodeid) || options_.meta->HasJsOpens(hdr->nodeid)) return false;
     std::lock_guard<std::mutex> lock(nativeMutex_);
     auto it = std::find_if(nativeOpens_.begin(), nativeOpens_.end(), [&](const auto& o) { return o.second.nodeid == hdr->nodeid; });
-    if (it == nativeOpens_.end()) return false;  // JS's opens, if any, answer it
+    if (it == nativeOpens_.end()) return false;
     a = it->second.attr;
     detached = true;
   }
