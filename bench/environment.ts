@@ -122,8 +122,19 @@ export interface Environment extends HostEnvironment, MemoryEnvironment {
   vegaLite: string | null;
   gitCommit: string | null;
   loadAverageAtStart: number[];
+  /** fs.fuse.max_pages_limit (the largest FUSE request, in pages) and the fuse module's enable_uring, as the run found them. */
+  fuseMaxPagesLimit: string | null;
+  fuseEnableUring: string | null;
   /** SHA-256 on one core (OpenSSL through node:crypto), GB/s: the limit of a hashed write. */
   sha256OneCoreGBps: number;
+}
+
+function readTrimmed(file: string): string | null {
+  try {
+    return fs.readFileSync(file, 'utf8').trim();
+  } catch {
+    return null;
+  }
 }
 
 export function environment(): Environment {
@@ -153,6 +164,8 @@ export function environment(): Environment {
     gitCommit: gitCommit(),
     // Other work on this machine skews figures; the load average tells a reader whether there was any.
     loadAverageAtStart: os.loadavg(),
+    fuseMaxPagesLimit: readTrimmed('/proc/sys/fs/fuse/max_pages_limit'),
+    fuseEnableUring: readTrimmed('/sys/module/fuse/parameters/enable_uring'),
     sha256OneCoreGBps: sha256OneCoreGBps(),
   };
 }

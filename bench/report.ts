@@ -227,7 +227,7 @@ const SUITE_NOTES: Record<Suite, string> = {
   peers:
     '`x limit` = median / median of the limit (tmpfs; the disk for cold reads); `x best peer` = median / the best median among bindfs, Redis and h5py for the same figure (named). ' +
     'Hot = in memory (page cache, tmpfs, Redis, Cascade DRAM); cold = page cache of every backing file dropped, system restarted. ' +
-    'Cascade rows (each with its own ratios): `cascade` = the mount, native engine; `cascade-passthrough` = the same with --passthrough; `cascade-fuse-native` = the same mount, fuse-native engine; ' +
+    'Cascade rows (each with its own ratios): `cascade` = the mount, native engine on /dev/fuse; `cascade-uring` = the same over FUSE io_uring (--fuse-uring on); `cascade-passthrough` = the same with --passthrough; `cascade-fuse-native` = the same mount, fuse-native engine; ' +
     '`cascade-client` = reads through the same-node client (LocalClient: open + copy out of the shared arena + release), writes through the mount. ' +
     '`blocks/s` = the same runs as `read`, one block (open, whole read, close) per run.',
   native: 'Whole-block reads, client reads and hashing with the addon on and off, in the same run; warm-ups happen inside each trial.',

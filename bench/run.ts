@@ -283,6 +283,28 @@ function listTrials(rows: TrialRow[]): void {
 
 // ---- main -----------------------------------------------------------------------------------------
 
+const FUSE_URING_PARAM = '/sys/module/fuse/parameters/enable_uring';
+
+/**
+ * The fuse module's enable_uring as the run found it, and a function that puts it back: the
+ * `cascade-uring` rows turn it on (--fuse-uring on), and a benchmark leaves the machine as it was.
+ */
+function keepFuseUringParam(): () => void {
+  let saved: string | undefined;
+  try {
+    saved = fs.readFileSync(FUSE_URING_PARAM, 'utf8').trim();
+  } catch {
+    return () => {}; // no such parameter: nothing to put back
+  }
+  return () => {
+    try {
+      if (fs.readFileSync(FUSE_URING_PARAM, 'utf8').trim() !== saved) fs.writeFileSync(FUSE_URING_PARAM, saved!);
+    } catch {
+      // not root: the daemon could not have changed it either
+    }
+  };
+}
+
 async function main(): Promise<void> {
   const o = parseOptions(process.argv.slice(2));
   const { trials: rows, notRun } = trialTable(o.suites, o.quick, o.filter);
@@ -293,7 +315,11 @@ async function main(): Promise<void> {
   }
   preflight(rows);
   const bar = progress(rows.length);
-  installSignalHandlers('bench', () => bar.stop());
+  const restoreUringParam = keepFuseUringParam();
+  installSignalHandlers('bench', () => {
+    bar.stop();
+    restoreUringParam();
+  });
   const startedAt = new Date();
   const t0 = performance.now();
   const daemonPids = new Set<number>();
@@ -323,6 +349,7 @@ async function main(): Promise<void> {
     bar.done(i, `${row.name}: ${brief}; ${(wallTimeMs / 1000).toFixed(1)} s${sweep.length ? `; swept: ${sweep.join('; ')}` : ''}`);
   }
   bar.stop();
+  restoreUringParam();
   attachRatios(reports);
   const goalRows = goals(rows, reports, env);
   const leftovers = await newLeftovers(before, snapshot);

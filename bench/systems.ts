@@ -465,6 +465,8 @@ export interface CascadeVariant {
   /** More variables for the daemon (e.g. CASCADE_NATIVE=0). */
   env?: Record<string, string>;
   kernelCache?: boolean;
+  /** FUSE over io_uring (--fuse-uring on); every other row takes /dev/fuse (off), whatever the kernel offers. */
+  uring?: boolean;
 }
 
 function logText(logFile: string): string {
@@ -496,13 +498,16 @@ async function openCascadeMount(ctx: SystemContext, variant: CascadeVariant): Pr
   const dramBytes = args.workload === 'capacity' ? args.memoryBytes : cascadeDramBytes(cascadeWorkingSetBytes(args));
   const cli = path.join(__dirname, '..', 'mount', 'cli.js');
   if (!fs.existsSync(cli)) throw new Error(`${cli} is missing: build first (npm run build)`);
-  const env = { ...variant.env, CASCADE_ENGINE: variant.engine };
+  const env = { ...variant.env, CASCADE_ENGINE: variant.engine, CASCADE_FUSE_URING: variant.uring === true ? 'on' : 'off' };
   const daemon = new CascadeDaemon(layout, { cliPath: cli, kernelCache: variant.kernelCache ?? false, dramBytes, env });
   const start = async () => {
     await daemon.start();
     const engine = mountedEngine(layout.logFile);
     if (engine === null || !engine.startsWith(`${variant.engine}:`)) {
       throw new Error(`cascade was asked for the ${variant.engine} engine but mounted with ${String(engine)}; log:\n${logText(layout.logFile).slice(-2000)}`);
+    }
+    if ((variant.uring === true) !== engine.includes('io_uring')) {
+      throw new Error(`cascade was asked for ${variant.uring === true ? 'FUSE over io_uring' : '/dev/fuse'} but mounted with ${engine}; log:\n${logText(layout.logFile).slice(-2000)}`);
     }
   };
   try {
@@ -982,6 +987,13 @@ export const SYSTEMS: SystemSpec[] = [
     what: `Cascade mounted with \`cascade mount\`, native engine (CASCADE_ENGINE=native: C++ FUSE on /dev/fuse, requests of up to 4 MiB as fs.fuse.max_pages_limit allows, DRAM-held blocks read from shared memory without JS), ${CASCADE_DIRECT}`,
     notApplicable: {},
     open: (ctx) => openCascadeMount(ctx, { engine: 'native' }),
+  },
+  {
+    name: 'cascade-uring',
+    role: 'cascade',
+    what: `the native-engine mount with --fuse-uring on: requests through FUSE over io_uring (one queue per CPU, each thread on its CPU; the runner sets the fuse module parameter enable_uring for the run and puts it back), ${CASCADE_DIRECT}`,
+    notApplicable: {},
+    open: (ctx) => openCascadeMount(ctx, { engine: 'native', uring: true }),
   },
   {
     name: 'cascade-passthrough',

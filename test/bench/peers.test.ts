@@ -74,7 +74,7 @@ describe('bench: side-by-side peers (quick mode, smallest trial of every system)
       if (typeof t.checks.redisPid === 'number') assert.equal(alive(t.checks.redisPid), false, 'redis-server stopped');
       if (name.startsWith('hot-read ')) assert.ok(t.figures.some((f) => f.figure === 'blocks/s'), `${name}: blocks/s next to GB/s`);
     }
-    const engines: Record<string, RegExp> = { cascade: /^native:/, 'cascade-fuse-native': /^fuse-native:/, 'cascade-client': /^native:/ };
+    const engines: Record<string, RegExp> = { cascade: /^native:(?!.*io_uring)/, 'cascade-uring': /^native:.*io_uring/, 'cascade-fuse-native': /^fuse-native:/, 'cascade-client': /^native:/ };
     for (const [system, engine] of Object.entries(engines)) {
       const t = doc.trials.find((x) => x.name === `hot-read 2MiB ${system}`);
       assert.equal(t?.role, 'cascade', `${system}: role cascade`);
