@@ -115,6 +115,7 @@ export const NODES_MAX = 4 * 1024 * 1024;
 export const OPEN_DIRS_MAX = 65_536;
 /** libfuse's default cache lifetimes: the same kernel caching as the fuse-native engine. */
 const VALIDITY: P.Validity = { entryMs: 1000, attrMs: 1000 };
+const NO_CACHE: P.Validity = { entryMs: 0, attrMs: 0 };
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
 /**
  * Smallest version held in the arena for reads served in C++: a file of one 1 MiB request is read
@@ -930,7 +931,15 @@ export class NativeFuseEngine {
       const m = await pick(P.FATTR.MTIME, P.FATTR.MTIME_NOW, mtime, mtimensec, 'mtimeMs');
       await f.utimens(p, a, m);
     }
-    return P.attrOut(await f.getattr(p, handle), VALIDITY);
+    const own = await f.getattr(p, handle);
+    if (handle !== undefined) {
+      // A handle whose file the name no longer leads to (linked over by hash, unlinked or replaced
+      // while open) has attributes of its own: the kernel, which keeps one inode for both, must not
+      // cache them for the name (a stat of the name would show the orphaned writer's size).
+      const named = await f.getattr(p).catch(() => undefined);
+      if (named === undefined || named.ino !== own.ino || named.sizeBytes !== own.sizeBytes) return P.attrOut(own, NO_CACHE);
+    }
+    return P.attrOut(own, VALIDITY);
   }
 }
 

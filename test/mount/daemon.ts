@@ -57,9 +57,10 @@ export class Daemon {
           resolve();
         }
       });
-      proc.on('exit', (code) => {
+      // 'close', not 'exit': by then all of its stderr has been read (the reason it gave).
+      proc.on('close', (code, signal) => {
         clearTimeout(timer);
-        reject(new Error(`daemon exited (${code}): ${this.stderr}`));
+        reject(new Error(`daemon exited (${code ?? signal}) before it mounted: ${this.stderr}`));
       });
     });
   }

@@ -7,7 +7,7 @@
  */
 import * as assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -262,6 +262,28 @@ describe('native engine: lookups, stats and opens answered in C++ (real mounts)'
       if (writer !== undefined) fs.closeSync(writer);
       fs.closeSync(reader);
     }
+  });
+
+  it('a stat of a name linked by hash while a writer had it open shows the linked content, after that writer\'s ftruncate too', async () => {
+    // Found by the model test: the ftruncate's reply carried the orphaned writer's size, which the
+    // kernel then kept for the name.
+    const mnt = await start('linked-writer');
+    const dir = path.join(mnt, 'kv', 'm');
+    const src = randomBytes(100);
+    fs.writeFileSync(path.join(dir, 'src'), src);
+    fs.writeFileSync(path.join(dir, 'g'), randomBytes(3000));
+    const sha = createHash('sha256').update(src).digest('hex');
+    const r = spawnSync('python3', ['-c', `
+import os, sys
+g, sha = sys.argv[1], sys.argv[2]
+fd = os.open(g, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
+os.setxattr(g, 'user.cascade.link', sha.encode())
+os.ftruncate(fd, 0)
+print(os.stat(g).st_size)
+os.close(fd)`, path.join(dir, 'g'), sha], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(r.stdout.trim(), '100');
+    assert.ok(fs.readFileSync(path.join(dir, 'g')).equals(src));
   });
 
   it('files whose blocks left DRAM are opened through JS again, byte-exact; DRAM hits are counted', async () => {
