@@ -277,13 +277,13 @@ export const PEER_SIZING = {
 /** The hot-read goal of every Cascade row: 2 MiB blocks (open, whole read, close) per second. */
 const GOAL_BLOCKS_PER_S = 8000;
 
-/** The peers suite's goals: every Cascade row's blocks/s; the native fast path's, on the `cascade` row. */
+/** The peers suite's goals: every Cascade row's blocks/s; the native fast path's, on the native engine's rows (/dev/fuse and io_uring). */
 function peerGoals(workload: WorkloadOf<'peers'>, system: SystemOf<'peers'>, blockBytes: number): Goal[] {
   const goals: Goal[] = [];
   if (roleOf('peers', system) === 'cascade' && workload === 'hot-read' && blockBytes === 2 * MiB) {
     goals.push({ goal: `>= ${GOAL_BLOCKS_PER_S.toLocaleString('en-US')} hot 2 MiB blocks/s`, measure: { figure: 'blocks/s' }, against: { kind: 'value' }, target: GOAL_BLOCKS_PER_S });
   }
-  if (system !== 'cascade') return goals;
+  if (system !== 'cascade' && system !== 'cascade-uring') return goals;
   const bindfs: GoalAgainst = { kind: 'system', system: 'bindfs' };
   const limit: GoalAgainst = { kind: 'limit' };
   const g = (goal: string, figure: string, against: GoalAgainst, target: number) => goals.push({ goal, measure: { figure }, against, target });
