@@ -285,6 +285,10 @@ export interface FuseSessionStats {
   uringRequests: number;
   uringCrossThreadReplies: number;
   uringErrors: number;
+  /** Registrations the kernel refused (the connection then stays on /dev/fuse). */
+  uringRegisterErrors: number;
+  /** Requests waiting for JS's answer now: each holds a ring entry of its CPU's queue. */
+  uringWaitingForJs: number;
 }
 
 /**
@@ -300,6 +304,13 @@ export interface NativeFuseSessionBinding {
   clearReadSource(fh: number): void;
   /** `fh` was opened read-only: its FLUSH is answered in C++ (a no-op) until it is released. */
   markReadOnly(fh: number): void;
+  /**
+   * A JS write handle of node nodeid whose writes go to a stage: its fstat is answered in C++ from attr
+   * (88-byte struct fuse_attr, as JS answers it) with the stage's size and time, until its release or
+   * clearStagedAttr (the node detached or its bytes moved to JS: JS answers again).
+   */
+  setStagedAttr(fh: number, nodeid: number, attr: Uint8Array): void;
+  clearStagedAttr(fh: number): void;
   /** Copy a block's bytes from the arena into `fd` from offset 0, on a worker thread (a passthrough backing file). */
   writeArenaTo(fd: number, sizeBytes: number, extents: number[]): Promise<void>;
   /** Register a file for passthrough; returns its backing id. */
@@ -421,4 +432,4 @@ export interface NativeBinding {
 }
 
 /** The ABI this TypeScript expects; a binding built from other sources is refused at load. */
-export const NATIVE_ABI_VERSION = 9;
+export const NATIVE_ABI_VERSION = 10;

@@ -616,10 +616,11 @@ export class NativeFuseEngine {
           this.invalidate(p);
         }
         try {
-          const entry = await this.entry(p, fh);
-          this.track(fh, this.nodes.idOf(p) ?? 0, true);
-          this.attachStage(fh);
-          return [entry, P.openOut(fh, this.openFlags())];
+          const attr = await this.attrOf(p, fh);
+          const nodeid = this.nodes.remember(p);
+          this.track(fh, nodeid, true);
+          if (this.attachStage(fh)) this.stagedAttr(fh, nodeid, attr);
+          return [P.entryOut(nodeid, attr, VALIDITY), P.openOut(fh, this.openFlags())];
         } catch (e) {
           await f.release(fh).catch(() => {});
           throw e;
@@ -699,6 +700,7 @@ export class NativeFuseEngine {
           await f.setxattr(p, name, Buffer.from(r.rest(size)), { uid: hdr.uid, gid: hdr.gid, pid: hdr.pid });
         } finally {
           this.invalidate(p); // a link by hash changes the content
+          this.clearStagedAttrs(p); // and the name no longer leads to the writer's bytes
         }
         return undefined;
       }
@@ -823,7 +825,7 @@ export class NativeFuseEngine {
       }
     }
     this.track(fh, hdr.nodeid, writer, backing);
-    if (!reading) this.attachStage(fh);
+    if (!reading && this.attachStage(fh)) this.stagedAttr(fh, hdr.nodeid, await f.getattr(p, fh));
     // The workers missed this open (not cached, or its block had left DRAM): publish what the next
     // open can be answered from.
     if (!writer) this.republish(hdr.nodeid);
@@ -848,16 +850,37 @@ export class NativeFuseEngine {
     return cache.acquire(sha, hold.version.sizeBytes, hold.extents.flat());
   }
 
-  /** Route the handle's WRITEs to its file's native stage (before the open is answered). */
-  private attachStage(fh: Handle): void {
-    if (!this.staging) return;
+  /** Route the handle's WRITEs to its file's native stage (before the open is answered); true if they are. */
+  private attachStage(fh: Handle): boolean {
+    if (!this.staging) return false;
     const id = this.fsOps.stageOf?.(fh);
-    if (id === undefined) return;
+    if (id === undefined) return false;
     try {
       this.session?.stageAttach(fh, id);
+      return this.session !== undefined;
     } catch (e) {
       this.log(`writes of handle ${fh} go through JS: ${(e as Error).message}`); // too many handles
+      return false;
     }
+  }
+
+  /**
+   * The fstat that follows a create or O_TRUNC open (the kernel drops a truncated file's cached size)
+   * is answered in C++: these attributes with the stage's size and time. A chmod of the node clears them.
+   */
+  private stagedAttr(fh: Handle, nodeid: number, attr: FileAttr): void {
+    try {
+      this.session?.setStagedAttr(fh, nodeid, P.fuseAttr(attr));
+    } catch {
+      // too many handles: JS answers this one's fstat
+    }
+  }
+
+  /** p's writers' attributes are no longer answered in C++ (JS answers its GETATTRs again). */
+  private clearStagedAttrs(p: string): void {
+    const nodeid = this.nodes.idOf(p);
+    if (nodeid === undefined) return;
+    for (const [fh, o] of this.opens) if (o.nodeid === nodeid && o.writer) this.session?.clearStagedAttr(fh);
   }
 
   private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing): void {
@@ -919,7 +942,10 @@ export class NativeFuseEngine {
       if (size === undefined) throw new CascadeError('EFBIG', `size ${sizeRaw} is past any file's limit`);
       await f.truncate(p, size, handle);
     }
-    if ((valid & P.FATTR.MODE) !== 0) await f.chmod(p, mode);
+    if ((valid & P.FATTR.MODE) !== 0) {
+      await f.chmod(p, mode);
+      this.clearStagedAttrs(p); // a writer's attributes in C++ would show the old mode
+    }
     if ((valid & (P.FATTR.ATIME | P.FATTR.MTIME)) !== 0) {
       const now = Date.now();
       let current: FileAttr | undefined;

@@ -286,6 +286,43 @@ os.close(fd)`, path.join(dir, 'g'), sha], { encoding: 'utf8' });
     assert.ok(fs.readFileSync(path.join(dir, 'g')).equals(src));
   });
 
+  it('fstat of a file being written is answered in C++ with its writer\'s size, mode and times; chmod and unlink send it back to JS', async () => {
+    const mnt = await start('staged-fstat');
+    const r = spawnSync('python3', ['-c', `
+import os, sys, json, time
+f = sys.argv[1]
+st = lambda: json.load(open(sys.argv[2]))['engine']
+out = []
+fd = os.open(f, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o640)
+os.write(fd, b'x' * 5000)
+a = os.fstat(fd); out.append([a.st_size, oct(a.st_mode & 0o777), a.st_nlink, int(abs(a.st_mtime - time.time()) < 60)])
+os.write(fd, b'y' * 100)
+out.append(os.fstat(fd).st_size)
+os.chmod(f, 0o600)
+out.append(oct(os.fstat(fd).st_mode & 0o777))
+os.unlink(f)
+b = os.fstat(fd); out.append([b.st_size, b.st_nlink])
+os.close(fd)
+print(json.dumps(out))`, path.join(mnt, 'kv', 'm', 'w'), path.join(mnt, '.cascade', 'stats.json')], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout), [[5000, '0o640', 1, 1], 5100, '0o600', [5100, 0]]);
+    // The same sequence again, counting: the fstats before the chmod are answered in C++.
+    const before = engineStats(mnt);
+    const f = path.join(mnt, 'kv', 'm', 'v');
+    const fd = fs.openSync(f, 'w');
+    try {
+      fs.writeSync(fd, Buffer.alloc(3000));
+      assert.equal(fs.fstatSync(fd).size, 3000);
+      fs.writeSync(fd, Buffer.alloc(1000));
+      assert.equal(fs.fstatSync(fd).size, 4000);
+    } finally {
+      fs.closeSync(fd);
+    }
+    const after = engineStats(mnt);
+    assert.ok((after.servedGetattrs as number) - (before.servedGetattrs as number) >= 2, `fstats answered in C++: ${(after.servedGetattrs as number) - (before.servedGetattrs as number)}`);
+    assert.equal(fs.statSync(f).size, 4000);
+  });
+
   it('files whose blocks left DRAM are opened through JS again, byte-exact; DRAM hits are counted', async () => {
     const mnt = await start('evicted', ['--dram', '16M']);
     const dir = path.join(mnt, 'kv', 'm');

@@ -136,6 +136,8 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
                            InstanceMethod<&FuseSessionWrap::ClearReadSource>("clearReadSource"),
                            InstanceMethod<&FuseSessionWrap::WriteArenaTo>("writeArenaTo"),
                            InstanceMethod<&FuseSessionWrap::MarkReadOnly>("markReadOnly"),
+                           InstanceMethod<&FuseSessionWrap::SetStagedAttr>("setStagedAttr"),
+                           InstanceMethod<&FuseSessionWrap::ClearStagedAttr>("clearStagedAttr"),
                            InstanceMethod<&FuseSessionWrap::OpenBacking>("openBacking"),
                            InstanceMethod<&FuseSessionWrap::CloseBacking>("closeBacking"),
                            InstanceMethod<&FuseSessionWrap::Negotiated>("negotiated"),
@@ -178,7 +180,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     }
     uint32_t uringDepth = opts.uringDepth;
     if (!OptU32(env, o, "uringDepth", &uringDepth, false)) return;
-    if (uringDepth > engine::kUringDepthMax) {
+    if (uringDepth == 0 || uringDepth > engine::kUringDepthMax) {
       ThrowCode(env, "EINVAL", "options.uringDepth must be 1.." + std::to_string(engine::kUringDepthMax));
       return;
     }
@@ -287,12 +289,13 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     Napi::Env env = info.Env();
     uint64_t unique, error;
     if (!ArgU64(info, 0, "unique", &unique) || !ArgU64(info, 1, "errno", &error)) return env.Undefined();
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
     if (error > 4095) {
+      s->Reply(unique, EIO, nullptr, 0);  // the request still gets an answer (a ring entry waits for it)
       ThrowCode(env, "EINVAL", "errno must be 0..4095");
       return env.Undefined();
     }
-    Session* s = Live(env);
-    if (s == nullptr) return env.Undefined();
     std::vector<struct iovec> iov;
     if (info.Length() > 2 && !info[2].IsUndefined()) {
       auto add = [&](Napi::Value v) {
@@ -310,6 +313,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
         ok = add(info[2]);
       }
       if (!ok) {
+        s->Reply(unique, EIO, nullptr, 0);  // the request still gets an answer (a ring entry waits for it)
         ThrowCode(env, "EINVAL", "payload must be a Buffer or an array of fewer than 1024 Buffers");
         return env.Undefined();
       }
@@ -361,6 +365,31 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     const Status st = s->MarkReadOnly(fh);
     if (st != Status::kOk) ThrowStatus(env, st, "markReadOnly: too many handles");
     return env.Undefined();
+  }
+
+  // setStagedAttr(fh, nodeid, attr: 88-byte struct fuse_attr): fstat of a staged writer in C++.
+  Napi::Value SetStagedAttr(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t fh, nodeid;
+    if (!ArgU64(info, 0, "fh", &fh) || !ArgU64(info, 1, "nodeid", &nodeid)) return env.Undefined();
+    if (info.Length() < 3 || !info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+      ThrowCode(env, "EINVAL", "setStagedAttr(fh, nodeid, attr): attr must be a Uint8Array");
+      return env.Undefined();
+    }
+    Napi::Uint8Array attr = info[2].As<Napi::Uint8Array>();
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    const Status st = s->SetStagedAttr(fh, nodeid, attr.Data(), attr.ByteLength());
+    if (st == Status::kInvalid) ThrowCode(env, "EINVAL", "setStagedAttr: attr must be an 88-byte struct fuse_attr");
+    else if (st != Status::kOk) ThrowStatus(env, st, "setStagedAttr: too many handles");
+    return env.Undefined();
+  }
+
+  Napi::Value ClearStagedAttr(const Napi::CallbackInfo& info) {
+    uint64_t fh;
+    if (!ArgU64(info, 0, "fh", &fh)) return info.Env().Undefined();
+    if (session_) session_->ClearStagedAttr(fh);
+    return info.Env().Undefined();
   }
 
   Napi::Value OpenBacking(const Napi::CallbackInfo& info) {
@@ -431,6 +460,8 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("uringRequests", static_cast<double>(s.uring.requests));
     o.Set("uringCrossThreadReplies", static_cast<double>(s.uring.crossThreadReplies));
     o.Set("uringErrors", static_cast<double>(s.uring.errors));
+    o.Set("uringRegisterErrors", static_cast<double>(s.uring.registerErrors));
+    o.Set("uringWaitingForJs", static_cast<double>(s.uring.handedNow));
     return o;
   }
 

@@ -24,7 +24,11 @@ namespace cascade::engine {
 
 namespace {
 
-constexpr size_t kPageBytes = 4096;
+// The kernel counts max_pages in its own pages: 4 KiB on x86-64, 16 or 64 KiB on some arm64 kernels.
+size_t PageBytes() {
+  static const size_t bytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return bytes;
+}
 
 std::string Errno(const char* what) { return std::string(what) + ": " + strerror(errno); }
 
@@ -140,7 +144,7 @@ Status Session::Mount(const SessionOptions& options, Forward forward, OnInit onI
   // the lookup rate). Stopping interrupts the reads with kWakeSignal (Unmount).
   InstallWakeHandler();
   if (geteuid() != 0) {
-    s->bufferBytes_ = std::max<size_t>(FUSE_MIN_READ_BUFFER, options.maxPages * kPageBytes + kPageBytes);
+    s->bufferBytes_ = std::max<size_t>(FUSE_MIN_READ_BUFFER, options.maxPages * PageBytes() + PageBytes());
     for (unsigned i = 0; i < options.threads; i++) s->workers_.emplace_back([p = s.get()] { p->Worker(); });
     *out = std::move(s);
     return Status::kOk;
@@ -158,7 +162,7 @@ Status Session::Mount(const SessionOptions& options, Forward forward, OnInit onI
   }
   s->mounted_ = true;
   // A read must take the largest request: a max_pages write plus its headers.
-  s->bufferBytes_ = std::max<size_t>(FUSE_MIN_READ_BUFFER, options.maxPages * kPageBytes + kPageBytes);
+  s->bufferBytes_ = std::max<size_t>(FUSE_MIN_READ_BUFFER, options.maxPages * PageBytes() + PageBytes());
   for (unsigned i = 0; i < options.threads; i++) s->workers_.emplace_back([p = s.get()] { p->Worker(); });
   *out = std::move(s);
   return Status::kOk;
@@ -292,6 +296,7 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
         const uint64_t fh = reinterpret_cast<const fuse_release_in*>(message + sizeof(fuse_in_header))->fh;
         if (fh >= kNativeHandleBase && ServeNativeRelease(in->unique, fh)) return;
         ClearReadSource(fh);
+        ClearStagedAttr(fh);
         if (stager_) stager_->DetachHandle(fh);
       }
       break;
@@ -303,7 +308,10 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
   const uint32_t opcode = in->opcode;
   const uint64_t unique = in->unique;
   // JS answers it, on its own thread: the ring entry waits for that answer (before JS can see it).
-  if (Uring* u = uring_.load(std::memory_order_acquire)) u->HandOff(unique);
+  // (Not a request that gets no answer: the ring commits those as soon as they are handed on.)
+  if (opcode != FUSE_FORGET && opcode != FUSE_BATCH_FORGET && opcode != FUSE_INTERRUPT) {
+    if (Uring* u = uring_.load(std::memory_order_acquire)) u->HandOff(unique);
+  }
   if (!forward_(std::vector<uint8_t>(message, message + lengthBytes))) {
     if (opcode != FUSE_FORGET && opcode != FUSE_BATCH_FORGET && opcode != FUSE_INTERRUPT) ReplyError(unique, EIO);
   }
@@ -348,7 +356,7 @@ void Session::HandleInit(const uint8_t* message, size_t lengthBytes) {
   out.flags2 = static_cast<uint32_t>(flags >> 32);
   out.max_background = 64;
   out.congestion_threshold = 48;
-  out.max_write = options_.maxPages * kPageBytes;
+  out.max_write = static_cast<uint32_t>(options_.maxPages * PageBytes());
   out.time_gran = 1;
   out.max_pages = (flags & FUSE_MAX_PAGES) != 0 ? options_.maxPages : 0;
   // Passthrough files must not be FUSE files themselves (stack depth 1: backing files are plain).
@@ -368,7 +376,11 @@ void Session::HandleInit(const uint8_t* message, size_t lengthBytes) {
     negotiated_.uringWhyNot = uringWhyNot;
   }
   if (st == Status::kOk && (flags & kFuseOverIoUring) != 0) {
-    StartUring(std::max<uint32_t>({FUSE_MIN_READ_BUFFER, out.max_write, static_cast<uint32_t>(out.max_pages * kPageBytes)}));
+    StartUring(std::max<uint32_t>({FUSE_MIN_READ_BUFFER, out.max_write, static_cast<uint32_t>(out.max_pages * PageBytes())}));
+  }
+  if (!uringFatal_.empty()) {
+    onInit_(false, uringFatal_);  // the embedder unmounts: a connection that holds every request is no mount
+    return;
   }
   onInit_(st == Status::kOk, st == Status::kOk ? "" : "the INIT reply failed");
 }
@@ -377,19 +389,27 @@ void Session::StartUring(uint32_t payloadBytes) {
   std::unique_ptr<Uring> u;
   std::string why;
   // Each request a queue thread takes is handled as one read from /dev/fuse would be.
-  const Status st = Uring::Start(fd_, options_.uringDepth, payloadBytes, [this](uint8_t* message, size_t lengthBytes) {
+  Status st = Uring::Create(fd_, options_.uringDepth, payloadBytes, [this](uint8_t* message, size_t lengthBytes) {
     requests_.fetch_add(1, std::memory_order_relaxed);
     Handle(message, lengthBytes);
   }, &u, &why);
+  if (st == Status::kOk) {
+    // Published before any queue registers: the requests the kernel held until then arrive at once,
+    // and every answer must find its ring.
+    uringOwner_ = std::move(u);
+    uring_.store(uringOwner_.get(), std::memory_order_release);
+    st = uringOwner_->Launch(&why);
+    if (st != Status::kOk) uring_.store(nullptr, std::memory_order_release);
+  }
   std::unique_lock<std::shared_mutex> lock(negotiatedMutex_);
   if (st != Status::kOk) {
-    // Nothing registered: turn io_uring off for the connection, or every request would wait for it.
-    Uring::Refuse(fd_);
+    // Nothing serves the rings: turn io_uring off for the connection, or every request would wait.
+    if (!Uring::Refuse(fd_)) {
+      uringFatal_ = "FUSE over io_uring was agreed but could not start (" + why + ") nor be turned off";
+    }
     negotiated_.uringWhyNot = why;
     return;
   }
-  uringOwner_ = std::move(u);
-  uring_.store(uringOwner_.get(), std::memory_order_release);
   negotiated_.uring = true;
 }
 
@@ -500,8 +520,9 @@ bool Session::ServeGetattr(const uint8_t* message, size_t lengthBytes) {
     a = it->second.attr;
     detached = options_.meta->IsDetached(it->second.nodeid);
   } else if ((in->getattr_flags & FUSE_GETATTR_FH) != 0) {
-    return false;  // a JS handle: its writer's size, or the version it holds
-  } else if (!options_.meta->AttrOf(hdr->nodeid, &a)) {
+    // A JS handle: a staged writer's size is the stage's; any other (the version it holds) is JS's.
+    if (!StagedAttrOf(in->fh, hdr->nodeid, &a)) return false;
+  } else if (!options_.meta->AttrOf(hdr->nodeid, &a) && !StagedAttrOfNode(hdr->nodeid, &a)) {
     // fstat of a file unlinked or replaced while open arrives without a handle (the kernel's getattr
     // has none): a native open of the node has its version; nlink 0, as on a local filesystem.
     // JS's opens, if any, answer it: each of its handles knows its version (a writer's own size).
@@ -519,6 +540,63 @@ bool Session::ServeGetattr(const uint8_t* message, size_t lengthBytes) {
   Reply(hdr->unique, 0, &iov, 1);
   servedGetattrs_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+bool Session::StagedAttrOfNode(uint64_t nodeid, CachedAttr* out) {
+  uint64_t fh;
+  {
+    std::lock_guard<std::mutex> lock(stagedMutex_);
+    auto it = stagedByNode_.find(nodeid);
+    if (it == stagedByNode_.end()) return false;
+    fh = it->second;
+  }
+  return StagedAttrOf(fh, nodeid, out);
+}
+
+bool Session::StagedAttrOf(uint64_t fh, uint64_t nodeid, CachedAttr* out) {
+  if (!stager_) return false;
+  {
+    std::lock_guard<std::mutex> lock(stagedMutex_);
+    auto it = stagedAttrs_.find(fh);
+    if (it == stagedAttrs_.end() || it->second.nodeid != nodeid) return false;
+    *out = it->second.attr;
+  }
+  // Unlinked or replaced while open (nlink 0), or its bytes moved to JS: JS answers.
+  if (options_.meta && options_.meta->IsDetached(nodeid)) return false;
+  StageInfo info;
+  if (stager_->InfoOfHandle(fh, &info) != Status::kOk || info.forwarding) return false;
+  fuse_attr attr;
+  static_assert(sizeof attr == sizeof out->attr, "struct fuse_attr");
+  memcpy(&attr, out->attr, sizeof attr);
+  attr.size = info.sizeBytes;
+  attr.blocks = (info.sizeBytes + 511) / 512;
+  const uint64_t ms = info.mtimeMs > 0 ? static_cast<uint64_t>(info.mtimeMs) : 0;
+  attr.atime = attr.mtime = attr.ctime = ms / 1000;  // as JS gives a writer's times: all its mtime
+  attr.atimensec = attr.mtimensec = attr.ctimensec = static_cast<uint32_t>((ms % 1000) * 1000000);
+  memcpy(out->attr, &attr, sizeof attr);
+  out->sizeBytes = info.sizeBytes;
+  return true;
+}
+
+Status Session::SetStagedAttr(uint64_t fh, uint64_t nodeid, const uint8_t* attr, size_t attrBytes) {
+  if (attrBytes != kFuseAttrBytes) return Status::kInvalid;
+  std::lock_guard<std::mutex> lock(stagedMutex_);
+  if (stagedAttrs_.size() >= kStageHandlesMax && stagedAttrs_.count(fh) == 0) return Status::kNoSpace;
+  StagedAttr& s = stagedAttrs_[fh];
+  s.nodeid = nodeid;
+  memcpy(s.attr.attr, attr, kFuseAttrBytes);
+  s.attr.isFile = true;
+  stagedByNode_[nodeid] = fh;
+  return Status::kOk;
+}
+
+void Session::ClearStagedAttr(uint64_t fh) {
+  std::lock_guard<std::mutex> lock(stagedMutex_);
+  auto it = stagedAttrs_.find(fh);
+  if (it == stagedAttrs_.end()) return;
+  auto byNode = stagedByNode_.find(it->second.nodeid);
+  if (byNode != stagedByNode_.end() && byNode->second == fh) stagedByNode_.erase(byNode);
+  stagedAttrs_.erase(it);
 }
 
 void Session::ServeForget(const uint8_t* message, size_t lengthBytes) {
@@ -724,8 +802,18 @@ Status Session::WriteArenaTo(int fd, const ReadSource& source, std::string* erro
 }
 
 Negotiated Session::negotiated() const {
-  std::shared_lock<std::shared_mutex> lock(negotiatedMutex_);
-  return negotiated_;
+  Negotiated n;
+  {
+    std::shared_lock<std::shared_mutex> lock(negotiatedMutex_);
+    n = negotiated_;
+  }
+  // A registration the kernel refused (it arrives after the start) leaves the connection on /dev/fuse.
+  const Uring* u = uring_.load(std::memory_order_acquire);
+  if (n.uring && (u == nullptr || !u->stats().active)) {
+    n.uring = false;
+    if (n.uringWhyNot.empty()) n.uringWhyNot = "the kernel refused a queue's registration; requests go through /dev/fuse";
+  }
+  return n;
 }
 
 SessionStats Session::stats() const {

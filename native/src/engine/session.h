@@ -136,6 +136,12 @@ class Session {
   void ClearReadSource(uint64_t fh);
   // A handle opened read-only: its FLUSH (sent at every close) is a no-op, answered here without JS.
   Status MarkReadOnly(uint64_t fh);
+  // A JS write handle of node nodeid whose WRITEs go to a stage: GETATTRs of the node (stat and fstat:
+  // the kernel drops a created or O_TRUNC file's cached size) are answered here from attr (JS's answer
+  // for it) with the stage's size and time, while the stage takes its writes and the node is not
+  // detached. Until its release or the clear (JS clears it where the name's attributes change).
+  Status SetStagedAttr(uint64_t fh, uint64_t nodeid, const uint8_t* attr, size_t attrBytes);
+  void ClearStagedAttr(uint64_t fh);
   // FUSE_DEV_IOC_BACKING_OPEN/CLOSE: register a file the kernel reads directly (passthrough).
   Status OpenBacking(int fd, int32_t* backingId, std::string* error);
   Status CloseBacking(int32_t backingId);
@@ -169,6 +175,8 @@ class Session {
   bool ServeOpen(const uint8_t* message, size_t lengthBytes);
   bool ServeNativeRelease(uint64_t unique, uint64_t fh);
   void FillAttrOut(const CachedAttr& a, bool detached, struct fuse_attr* out) const;
+  bool StagedAttrOf(uint64_t fh, uint64_t nodeid, CachedAttr* out);
+  bool StagedAttrOfNode(uint64_t nodeid, CachedAttr* out);
   void ReplyError(uint64_t unique, int32_t error);
   void StartUring(uint32_t payloadBytes);
 
@@ -189,6 +197,7 @@ class Session {
   // Set once, after INIT, by the worker that answered it; read by every replier.
   std::unique_ptr<Uring> uringOwner_;
   std::atomic<Uring*> uring_{nullptr};
+  std::string uringFatal_;  // io_uring agreed, not started, not turned off: the mount must fail
 
   mutable std::shared_mutex sourcesMutex_;
   std::unordered_map<uint64_t, std::shared_ptr<const ReadSource>> sources_;
@@ -205,6 +214,14 @@ class Session {
   uint64_t nextNativeFh_ = kNativeHandleBase;
   std::vector<uint64_t> touched_;
   uint64_t touchedDropped_ = 0;
+
+  struct StagedAttr {
+    uint64_t nodeid = 0;
+    CachedAttr attr;
+  };
+  mutable std::mutex stagedMutex_;
+  std::unordered_map<uint64_t, StagedAttr> stagedAttrs_;
+  std::unordered_map<uint64_t, uint64_t> stagedByNode_;  // node -> the handle whose attributes stand for it
 
   mutable std::shared_mutex negotiatedMutex_;
   Negotiated negotiated_;

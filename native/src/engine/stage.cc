@@ -247,6 +247,22 @@ Status Stager::Info(uint64_t id, bool takeDirty, StageInfo* info) {
 
 Status Stager::Freeze(uint64_t id, StageInfo* info) { return Report(id, false, true, info); }
 
+Status Stager::InfoOfHandle(uint64_t fh, StageInfo* info) {
+  std::shared_ptr<Stage> stage;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = byHandle_.find(fh);
+    if (it == byHandle_.end()) return Status::kStale;
+    stage = it->second;
+  }
+  std::lock_guard<std::mutex> lock(stage->mutex);
+  info->sizeBytes = stage->sizeBytes;
+  info->mtimeMs = stage->mtimeMs;
+  info->dirty = stage->dirty;
+  info->forwarding = stage->forwarding;
+  return Status::kOk;
+}
+
 Status Stager::Report(uint64_t id, bool takeDirty, bool freeze, StageInfo* info) {
   auto stage = Find(id);
   if (!stage) return Status::kStale;

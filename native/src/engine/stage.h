@@ -65,6 +65,8 @@ class Stager {
   Status Write(uint64_t fh, uint64_t offsetBytes, const uint8_t* data, uint64_t lengthBytes);
 
   Status Info(uint64_t id, bool takeDirty, StageInfo* info);
+  // The figures of the stage handle fh writes to (its dirty flag left as it is); kStale: none.
+  Status InfoOfHandle(uint64_t fh, StageInfo* info);
   // Stop taking writes (they forward from now on) and report the final size.
   Status Freeze(uint64_t id, StageInfo* info);
   // Copy bytes out (clipped at the stage's size).

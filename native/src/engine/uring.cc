@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <system_error>
 #include <fstream>
 #endif
 
@@ -138,8 +139,8 @@ void PrepCmd(struct io_uring_sqe* sqe, int fd, uint32_t op, Uring::Entry* e, uin
 
 }  // namespace
 
-Status Uring::Start(int fuseFd, unsigned depth, size_t payloadBytes, Handler handler, std::unique_ptr<Uring>* out,
-                    std::string* error) {
+Status Uring::Create(int fuseFd, unsigned depth, size_t payloadBytes, Handler handler, std::unique_ptr<Uring>* out,
+                     std::string* error) {
   if (depth == 0 || depth > kUringDepthMax) {
     *error = "io_uring depth must be 1.." + std::to_string(kUringDepthMax);
     return Status::kInvalid;
@@ -194,61 +195,79 @@ Status Uring::Start(int fuseFd, unsigned depth, size_t payloadBytes, Handler han
     }
     u->queues_.push_back(std::move(q));
   }
-  // Register: each queue's entries, from its own thread (the kernel copies requests in the context of
-  // the task that submitted the fetch). Registration completes asynchronously; an error comes back as
-  // a completion, which the thread counts.
-  std::mutex startMutex;
-  std::condition_variable started;
-  unsigned startedCount = 0;
-  Uring* raw = u.get();
-  for (auto& qp : u->queues_) {
-    Queue* q = qp.get();
-    q->thread = std::thread([raw, q, &startMutex, &started, &startedCount] {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(q->qid, &set);
-      pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort: a cpuset may exclude it
-      struct io_uring_sqe* sqe = io_uring_get_sqe(&q->ring);
-      Check(sqe != nullptr, "io_uring: room for the eventfd poll");
-      io_uring_prep_poll_multishot(sqe, q->eventFd, POLLIN);
-      sqe->user_data = kEventTag;
-      for (Entry& e : q->entries) {
-        sqe = io_uring_get_sqe(&q->ring);
-        Check(sqe != nullptr, "io_uring: one submission slot per entry");
-        PrepCmd(sqe, raw->fuseFd_, kCmdRegister, &e, static_cast<uint16_t>(q->qid), 0);
-        sqe->addr = reinterpret_cast<uint64_t>(e.iov);
-        sqe->len = 2;
-      }
-      io_uring_submit(&q->ring);
-      {
-        std::lock_guard<std::mutex> lock(startMutex);
-        startedCount++;
-      }
-      started.notify_all();
-      raw->Run(q);
-    });
-  }
-  {
-    std::unique_lock<std::mutex> lock(startMutex);
-    started.wait(lock, [&] { return startedCount == raw->queues_.size(); });
-  }
   *out = std::move(u);
   return Status::kOk;
 }
 
-void Uring::Refuse(int fuseFd) {
+Status Uring::Launch(std::string* error) {
+  // Register: each queue's entries, from its own thread (the kernel copies requests in the context of
+  // the task that submitted the fetch). A registration completes asynchronously; a refused one comes
+  // back as a completion, which the thread counts (the kernel then goes on with /dev/fuse).
+  unsigned launched = 0;
+  for (auto& qp : queues_) {
+    Queue* q = qp.get();
+    try {
+      q->thread = std::thread([this, q] {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(q->qid, &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort: a cpuset may exclude it
+        struct io_uring_sqe* sqe = io_uring_get_sqe(&q->ring);
+        Check(sqe != nullptr, "io_uring: room for the eventfd poll");
+        io_uring_prep_poll_multishot(sqe, q->eventFd, POLLIN);
+        sqe->user_data = kEventTag;
+        for (Entry& e : q->entries) {
+          sqe = io_uring_get_sqe(&q->ring);
+          Check(sqe != nullptr, "io_uring: one submission slot per entry");
+          PrepCmd(sqe, fuseFd_, kCmdRegister, &e, static_cast<uint16_t>(q->qid), 0);
+          sqe->addr = reinterpret_cast<uint64_t>(e.iov);
+          sqe->len = 2;
+        }
+        io_uring_submit(&q->ring);
+        {
+          // Notified under the lock: Launch may return (and a later Stop run) as soon as it sees the count.
+          std::lock_guard<std::mutex> lock(startMutex_);
+          startedCount_++;
+          started_.notify_all();
+        }
+        Run(q);
+      });
+    } catch (const std::system_error& e) {
+      // No thread (a pids limit): the queues started so far stop; the caller turns io_uring off.
+      *error = std::string("cannot start io_uring queue thread ") + std::to_string(q->qid) + ": " + e.what();
+      {
+        std::unique_lock<std::mutex> lock(startMutex_);
+        started_.wait(lock, [&] { return startedCount_ == launched; });
+      }
+      Stop();
+      return Status::kIo;
+    }
+    launched++;
+  }
+  std::unique_lock<std::mutex> lock(startMutex_);
+  started_.wait(lock, [&] { return startedCount_ == queues_.size(); });
+  return Status::kOk;
+}
+
+bool Uring::Refuse(int fuseFd) {
   struct io_uring ring;
   struct io_uring_params p {};
   p.flags = IORING_SETUP_SQE128;
-  if (io_uring_queue_init_params(2, &ring, &p) < 0) return;
+  if (io_uring_queue_init_params(2, &ring, &p) < 0) return false;
   struct io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+  bool refused = false;
   if (sqe != nullptr) {
     // A registration without its two buffers: the kernel answers EINVAL and stops waiting for rings.
     PrepCmd(sqe, fuseFd, kCmdRegister, reinterpret_cast<Uring::Entry*>(1), 0, 0);
     sqe->len = 0;
-    io_uring_submit_and_wait(&ring, 1);
+    struct io_uring_cqe* cqe = nullptr;
+    if (io_uring_submit_and_wait(&ring, 1) >= 0 && io_uring_peek_cqe(&ring, &cqe) == 0 && cqe != nullptr) {
+      refused = cqe->res < 0;
+      io_uring_cqe_seen(&ring, cqe);
+    }
   }
   io_uring_queue_exit(&ring);
+  return refused;
 }
 
 void Uring::Run(Queue* q) {
@@ -285,7 +304,8 @@ void Uring::Run(Queue* q) {
           }
           continue;
         }
-        if (cqe->res != -ENOTCONN && cqe->res != -ECANCELED && cqe->res != -ENODEV) errors_.fetch_add(1, std::memory_order_relaxed);
+        if (e->commitId == 0) registerErrors_.fetch_add(1, std::memory_order_relaxed);
+        else if (cqe->res != -ENOTCONN && cqe->res != -ECANCELED && cqe->res != -ENODEV) errors_.fetch_add(1, std::memory_order_relaxed);
         e->dead = true;
         continue;
       }
@@ -345,9 +365,11 @@ void Uring::FillReply(Entry* e, uint64_t unique, int32_t error, const struct iov
   if (error == 0) {
     for (int i = 0; i < payloadCount; i++) total += payload[i].iov_len;
   }
+  bool oversize = false;
   if (total > payloadBytes_) {  // never for a request the kernel framed: its answer fits its buffer
     error = EIO;
     total = 0;
+    oversize = true;
   }
   size_t at = 0;
   if (error == 0) {
@@ -363,7 +385,7 @@ void Uring::FillReply(Entry* e, uint64_t unique, int32_t error, const struct iov
   out.len = static_cast<uint32_t>(sizeof out + total);
   memcpy(e->header->inOut, &out, sizeof out);
   e->header->ent.payloadBytes = static_cast<uint32_t>(total);
-  *status = Status::kOk;
+  *status = oversize ? Status::kInvalid : Status::kOk;
   if (tlsCurrent == e) {
     // On the entry's own queue thread: commit with the next submit (this thread's loop).
     tlsCurrent = nullptr;
@@ -443,10 +465,15 @@ UringStats Uring::stats() const {
   UringStats s;
   s.queues = static_cast<unsigned>(queues_.size());
   s.depth = depth_;
-  s.active = !stopped_.load() && !queues_.empty();
+  s.registerErrors = registerErrors_.load();
+  s.active = !stopped_.load() && !queues_.empty() && s.registerErrors == 0;
   s.requests = requests_.load();
   s.crossThreadReplies = crossThreadReplies_.load();
   s.errors = errors_.load();
+  {
+    std::lock_guard<std::mutex> lock(handedMutex_);
+    s.handedNow = handed_.size();
+  }
   return s;
 }
 
@@ -460,13 +487,14 @@ bool Uring::Available(std::string* why) {
   return false;
 }
 
-Status Uring::Start(int, unsigned, size_t, Handler, std::unique_ptr<Uring>*, std::string* error) {
+Status Uring::Create(int, unsigned, size_t, Handler, std::unique_ptr<Uring>*, std::string* error) {
   Available(error);
   return Status::kInvalid;
 }
+Status Uring::Launch(std::string*) { return Status::kInvalid; }
 
 Uring::~Uring() = default;
-void Uring::Refuse(int) {}
+bool Uring::Refuse(int) { return false; }
 bool Uring::Reply(uint64_t, int32_t, const struct iovec*, int, Status*) { return false; }
 void Uring::HandOff(uint64_t) {}
 void Uring::Stop() {}

@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,6 +40,8 @@ struct UringStats {
   uint64_t requests = 0;
   uint64_t crossThreadReplies = 0;  // answers handed to a queue thread (JS's)
   uint64_t errors = 0;              // completions with an error other than the ones of a stop
+  uint64_t registerErrors = 0;      // registrations the kernel refused (it then uses /dev/fuse)
+  uint64_t handedNow = 0;           // requests waiting for JS's answer now (each holds an entry)
 };
 
 class Uring {
@@ -50,14 +53,19 @@ class Uring {
   static bool Available(std::string* why);
 
   // Sets up one queue per possible CPU on the connection `fuseFd` (INIT already answered with
-  // kFuseOverIoUring), each with `depth` entries of `payloadBytes` (the kernel's largest request or
-  // answer), registers them, and returns once every queue has (ok) or one failed (the kernel then goes
-  // on with /dev/fuse: a failed registration turns io_uring off for the connection).
-  static Status Start(int fuseFd, unsigned depth, size_t payloadBytes, Handler handler, std::unique_ptr<Uring>* out,
-                      std::string* error);
+  // kFuseOverIoUring), each a ring with `depth` entries of `payloadBytes` (the kernel's largest request
+  // or answer). No thread yet: the caller publishes the object (Reply must find it) before Launch.
+  static Status Create(int fuseFd, unsigned depth, size_t payloadBytes, Handler handler, std::unique_ptr<Uring>* out,
+                       std::string* error);
+  // Starts the queue threads, which register their entries and serve; returns once every one has
+  // submitted its registration. A refused registration arrives later and turns io_uring off for the
+  // connection (the kernel goes on with /dev/fuse; stats count it). Not ok: no thread could start; the
+  // started ones are stopped, and the caller must Refuse.
+  Status Launch(std::string* error);
   // Turns io_uring off for a connection whose INIT agreed to it but whose queues could not start (a
   // registration the kernel refuses does that), so requests flow through /dev/fuse instead of waiting.
-  static void Refuse(int fuseFd);
+  // False when even that failed: the connection then holds every request, and must be aborted.
+  static bool Refuse(int fuseFd);
   ~Uring();
   Uring(const Uring&) = delete;
   Uring& operator=(const Uring&) = delete;
@@ -85,13 +93,16 @@ class Uring {
   Handler handler_;
   std::vector<std::unique_ptr<Queue>> queues_;
   std::atomic<bool> stopping_{false};
+  std::mutex startMutex_;
+  std::condition_variable started_;
+  size_t startedCount_ = 0;
   std::atomic<bool> stopped_{false};
 
   // Requests handed off to another thread, by unique, until answered.
   mutable std::mutex handedMutex_;
   std::unordered_map<uint64_t, Entry*> handed_;
 
-  std::atomic<uint64_t> requests_{0}, crossThreadReplies_{0}, errors_{0};
+  std::atomic<uint64_t> requests_{0}, crossThreadReplies_{0}, errors_{0}, registerErrors_{0};
 };
 
 }  // namespace cascade::engine
