@@ -507,7 +507,12 @@ export class NativeFuseEngine {
     if (!this.caching) return;
     this.nodes.native.invalidate(p, subtree);
     const slash = p.lastIndexOf('/');
-    if (slash >= 0) this.nodes.native.invalidate(slash === 0 ? '/' : p.slice(0, slash), false);
+    if (slash < 0) return;
+    const parent = slash === 0 ? '/' : p.slice(0, slash);
+    this.nodes.native.invalidate(parent, false);
+    // The parent's new times, published now: the kernel dropped its cached attributes too, and the next
+    // path walk through it (the next create there) asks for them. A change meanwhile refuses this.
+    this.attrOf(parent).catch(() => undefined);
   }
 
   /**
