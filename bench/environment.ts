@@ -9,6 +9,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { MiB } from '../store/constants';
+import { FUSE_URING_PARAM_PATH, MAX_PAGES_LIMIT_PATH, readKernelParam } from '../mount/engine/kernel-params';
 import { cpuInfo, gitCommit, hostEnvironment, memoryEnvironment, mountOf, readText, type HostEnvironment, type MemoryEnvironment, type MountInfo } from './common';
 import { BINDFS_OPTIONS } from './mounts';
 import { pythonForH5py } from './systems';
@@ -129,14 +130,6 @@ export interface Environment extends HostEnvironment, MemoryEnvironment {
   sha256OneCoreGBps: number;
 }
 
-function readTrimmed(file: string): string | null {
-  try {
-    return fs.readFileSync(file, 'utf8').trim();
-  } catch {
-    return null;
-  }
-}
-
 export function environment(): Environment {
   const h5 = h5pyVersions();
   return {
@@ -164,8 +157,8 @@ export function environment(): Environment {
     gitCommit: gitCommit(),
     // Other work on this machine skews figures; the load average tells a reader whether there was any.
     loadAverageAtStart: os.loadavg(),
-    fuseMaxPagesLimit: readTrimmed('/proc/sys/fs/fuse/max_pages_limit'),
-    fuseEnableUring: readTrimmed('/sys/module/fuse/parameters/enable_uring'),
+    fuseMaxPagesLimit: readKernelParam(MAX_PAGES_LIMIT_PATH) ?? null,
+    fuseEnableUring: readKernelParam(FUSE_URING_PARAM_PATH) ?? null,
     sha256OneCoreGBps: sha256OneCoreGBps(),
   };
 }

@@ -11,6 +11,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { SingleBar } from 'cli-progress';
 import { resultsFile, resultsHead, scratchLeftovers, singleLine, writeResults } from './common';
+import { FUSE_URING_PARAM_PATH, readKernelParam } from '../mount/engine/kernel-params';
 import { environment } from './environment';
 import { killListedPids, mountsUnder, mountTable, removeScratch, SCRATCH_PREFIX, TMPFS_SOURCE, trialLayout, unmountAllUnder } from './mounts';
 import { parseTrialResult, type Suite, type TrialResult } from './protocol';
@@ -283,22 +284,16 @@ function listTrials(rows: TrialRow[]): void {
 
 // ---- main -----------------------------------------------------------------------------------------
 
-const FUSE_URING_PARAM = '/sys/module/fuse/parameters/enable_uring';
-
 /**
  * The fuse module's enable_uring as the run found it, and a function that puts it back: the
  * `cascade-uring` rows turn it on (--fuse-uring on), and a benchmark leaves the machine as it was.
  */
 function keepFuseUringParam(): () => void {
-  let saved: string | undefined;
-  try {
-    saved = fs.readFileSync(FUSE_URING_PARAM, 'utf8').trim();
-  } catch {
-    return () => {}; // no such parameter: nothing to put back
-  }
+  const saved = readKernelParam(FUSE_URING_PARAM_PATH);
+  if (saved === undefined) return () => {}; // no such parameter: nothing to put back
   return () => {
     try {
-      if (fs.readFileSync(FUSE_URING_PARAM, 'utf8').trim() !== saved) fs.writeFileSync(FUSE_URING_PARAM, saved!);
+      if (readKernelParam(FUSE_URING_PARAM_PATH) !== saved) fs.writeFileSync(FUSE_URING_PARAM_PATH, saved);
     } catch {
       // not root: the daemon could not have changed it either
     }

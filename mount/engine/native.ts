@@ -22,6 +22,7 @@ import type { RequestObserver } from '../daemon/metrics';
 import type { FuseUringMode } from '../daemon/defaults';
 import * as P from './fuse-proto';
 import { BackingCache, type Backing } from './passthrough';
+import { FUSE_URING_PARAM_PATH, MAX_PAGES_LIMIT_PATH, readKernelParam } from './kernel-params';
 import { checkMountpoint, clearStaleMount, fusermountUnmount, mountEntry, resolveMountpoint } from './mounts';
 
 export interface NativeEngineOptions {
@@ -63,7 +64,6 @@ export interface NativeEngineOptions {
 export const REQUEST_PAGES_WANTED = 1024;
 /** The kernel's cap when it has no max_pages_limit sysctl (before 6.13): 1 MiB. */
 const KERNEL_MAX_PAGES_FIXED = 256;
-const MAX_PAGES_LIMIT_PATH = '/proc/sys/fs/fuse/max_pages_limit';
 
 /**
  * Pages per request to ask the kernel for: REQUEST_PAGES_WANTED, capped by the kernel's
@@ -71,36 +71,28 @@ const MAX_PAGES_LIMIT_PATH = '/proc/sys/fs/fuse/max_pages_limit';
  * more than the cap gains nothing and sizes every worker's buffer for requests that never come.
  */
 export function fuseRequestPages(limitPath = MAX_PAGES_LIMIT_PATH): { pages: number; limitPages: number } {
-  let limitPages = KERNEL_MAX_PAGES_FIXED;
-  try {
-    const v = Number.parseInt(fs.readFileSync(limitPath, 'utf8').trim(), 10);
-    if (Number.isInteger(v) && v > 0) limitPages = v;
-  } catch {
-    // no such sysctl: an older kernel, fixed at 256 pages
-  }
+  let limitPages = KERNEL_MAX_PAGES_FIXED; // no such sysctl: an older kernel, fixed at 256 pages
+  const v = Number.parseInt(readKernelParam(limitPath) ?? '', 10);
+  if (Number.isInteger(v) && v > 0) limitPages = v;
   return { pages: Math.min(REQUEST_PAGES_WANTED, limitPages), limitPages };
 }
-
-const FUSE_URING_PARAM = '/sys/module/fuse/parameters/enable_uring';
 
 /**
  * Turns on the fuse module's enable_uring parameter (root only), so the kernel offers io_uring to
  * servers that ask; it changes nothing for servers that do not. Says what it did or why it could not.
  */
 function enableFuseUring(log: (msg: string) => void): void {
-  let value: string;
-  try {
-    value = fs.readFileSync(FUSE_URING_PARAM, 'utf8').trim();
-  } catch {
-    log(`--fuse-uring on: this kernel has no ${FUSE_URING_PARAM} (FUSE over io_uring needs Linux 6.14+ built with CONFIG_FUSE_IO_URING)`);
+  const value = readKernelParam(FUSE_URING_PARAM_PATH);
+  if (value === undefined) {
+    log(`--fuse-uring on: this kernel has no ${FUSE_URING_PARAM_PATH} (FUSE over io_uring needs Linux 6.14+ built with CONFIG_FUSE_IO_URING)`);
     return;
   }
   if (value === 'Y') return;
   try {
-    fs.writeFileSync(FUSE_URING_PARAM, 'Y');
-    log(`--fuse-uring on: set ${FUSE_URING_PARAM} to Y`);
+    fs.writeFileSync(FUSE_URING_PARAM_PATH, 'Y');
+    log(`--fuse-uring on: set ${FUSE_URING_PARAM_PATH} to Y`);
   } catch (e) {
-    log(`--fuse-uring on: cannot set ${FUSE_URING_PARAM} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}; root can: echo Y > ${FUSE_URING_PARAM})`);
+    log(`--fuse-uring on: cannot set ${FUSE_URING_PARAM_PATH} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}; root can: echo Y > ${FUSE_URING_PARAM_PATH})`);
   }
 }
 

@@ -12,10 +12,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { FUSE_URING_PARAM_PATH } from '../../mount/engine/kernel-params';
 import { nativeBinding } from '../../native';
 import { canMount, Daemon, isMounted } from './daemon';
 
-const PARAM = '/sys/module/fuse/parameters/enable_uring';
 const MiB = 1024 * 1024;
 
 type EngineStats = Record<string, number | boolean | string | undefined>;
@@ -44,8 +44,8 @@ describe('native engine: FUSE over io_uring (real mounts)', function () {
   let daemon: Daemon | undefined;
 
   before(function () {
-    if (!canMount() || !fs.existsSync(PARAM) || nativeBinding()?.features.uring !== true) return this.skip();
-    saved = fs.readFileSync(PARAM, 'utf8').trim();
+    if (!canMount() || !fs.existsSync(FUSE_URING_PARAM_PATH) || nativeBinding()?.features.uring !== true) return this.skip();
+    saved = fs.readFileSync(FUSE_URING_PARAM_PATH, 'utf8').trim();
     root = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-uring-'));
   });
 
@@ -55,7 +55,7 @@ describe('native engine: FUSE over io_uring (real mounts)', function () {
   });
 
   after(() => {
-    if (saved !== undefined) fs.writeFileSync(PARAM, saved);
+    if (saved !== undefined) fs.writeFileSync(FUSE_URING_PARAM_PATH, saved);
     if (root) fs.rmSync(root, { recursive: true, force: true });
   });
 
@@ -68,9 +68,9 @@ describe('native engine: FUSE over io_uring (real mounts)', function () {
   }
 
   it('--fuse-uring on sets the parameter and takes every request through one queue per CPU, byte-exact', async () => {
-    fs.writeFileSync(PARAM, 'N');
+    fs.writeFileSync(FUSE_URING_PARAM_PATH, 'N');
     const mnt = await start('on', 'on');
-    assert.equal(fs.readFileSync(PARAM, 'utf8').trim(), 'Y', 'the daemon turned the parameter on');
+    assert.equal(fs.readFileSync(FUSE_URING_PARAM_PATH, 'utf8').trim(), 'Y', 'the daemon turned the parameter on');
     assert.match(daemon!.stderr, /\(engine native:[^\n]*io_uring/, daemon!.stderr);
     const s0 = engineStats(mnt);
     assert.equal(s0.uring, true);
@@ -110,13 +110,13 @@ print(' '.join(out))`, dir], { encoding: 'utf8' });
   });
 
   it('auto uses io_uring only where the kernel offers it; off never; neither complains', async () => {
-    fs.writeFileSync(PARAM, 'N');
+    fs.writeFileSync(FUSE_URING_PARAM_PATH, 'N');
     let mnt = await start('auto-n', 'auto');
     assert.equal(engineStats(mnt).uring, false);
     assert.doesNotMatch(daemon!.stderr, /io_uring/, 'auto says nothing when the kernel does not offer it');
     fs.writeFileSync(path.join(mnt, 'kv', 'm', 'x'), 'x');
     await daemon!.stop();
-    fs.writeFileSync(PARAM, 'Y');
+    fs.writeFileSync(FUSE_URING_PARAM_PATH, 'Y');
     mnt = await start('auto-y', 'auto');
     assert.equal(engineStats(mnt).uring, true);
     await daemon!.stop();
@@ -127,7 +127,7 @@ print(' '.join(out))`, dir], { encoding: 'utf8' });
   });
 
   it('a daemon killed while readers keep its rings busy leaves no hang; a new mount serves the data', async () => {
-    fs.writeFileSync(PARAM, 'Y');
+    fs.writeFileSync(FUSE_URING_PARAM_PATH, 'Y');
     const mnt = await start('kill', 'on');
     const dir = path.join(mnt, 'kv', 'm');
     const data = randomBytes(2 * MiB);

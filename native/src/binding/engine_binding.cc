@@ -370,16 +370,14 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
   // setStagedAttr(fh, nodeid, attr: 88-byte struct fuse_attr): fstat of a staged writer in C++.
   Napi::Value SetStagedAttr(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    uint64_t fh, nodeid;
-    if (!ArgU64(info, 0, "fh", &fh) || !ArgU64(info, 1, "nodeid", &nodeid)) return env.Undefined();
-    if (info.Length() < 3 || !info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
-      ThrowCode(env, "EINVAL", "setStagedAttr(fh, nodeid, attr): attr must be a Uint8Array");
+    uint64_t fh, nodeid, attrBytes;
+    uint8_t* attr;
+    if (!ArgU64(info, 0, "fh", &fh) || !ArgU64(info, 1, "nodeid", &nodeid) || !ArgBytes(info, 2, "attr", &attr, &attrBytes)) {
       return env.Undefined();
     }
-    Napi::Uint8Array attr = info[2].As<Napi::Uint8Array>();
     Session* s = Live(env);
     if (s == nullptr) return env.Undefined();
-    const Status st = s->SetStagedAttr(fh, nodeid, attr.Data(), attr.ByteLength());
+    const Status st = s->SetStagedAttr(fh, nodeid, attr, attrBytes);
     if (st == Status::kInvalid) ThrowCode(env, "EINVAL", "setStagedAttr: attr must be an 88-byte struct fuse_attr");
     else if (st != Status::kOk) ThrowStatus(env, st, "setStagedAttr: too many handles");
     return env.Undefined();
@@ -553,17 +551,15 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
   // stageRead(id, offsetBytes, target: Buffer): bytes copied.
   Napi::Value StageRead(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    uint64_t id, offset;
-    if (!ArgU64(info, 0, "id", &id) || !ArgU64(info, 1, "offsetBytes", &offset)) return env.Undefined();
-    if (info.Length() < 3 || !info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
-      ThrowCode(env, "EINVAL", "target must be a Buffer");
+    uint64_t id, offset, targetBytes;
+    uint8_t* target;
+    if (!ArgU64(info, 0, "id", &id) || !ArgU64(info, 1, "offsetBytes", &offset) || !ArgBytes(info, 2, "target", &target, &targetBytes)) {
       return env.Undefined();
     }
     engine::Stager* st = LiveStager(env);
     if (st == nullptr) return env.Undefined();
-    Napi::Uint8Array target = info[2].As<Napi::Uint8Array>();
     uint64_t n = 0;
-    const Status s = st->Read(id, offset, target.Data(), target.ByteLength(), &n);
+    const Status s = st->Read(id, offset, target, targetBytes, &n);
     if (s != Status::kOk) {
       ThrowStatus(env, s, "stageRead: no such stage, or its bytes were sealed away");
       return env.Undefined();

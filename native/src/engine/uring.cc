@@ -94,8 +94,7 @@ struct Uring::Entry {
   ReqHeader* header = nullptr;
   uint8_t* payload = nullptr;
   struct iovec iov[2];
-  uint64_t commitId = 0;
-  bool dead = false;  // the kernel ended it (stop): never submitted again
+  uint64_t commitId = 0;  // the request it holds (0: none yet, registering)
 };
 
 struct Uring::Queue {
@@ -135,6 +134,18 @@ void PrepCmd(struct io_uring_sqe* sqe, int fd, uint32_t op, Uring::Entry* e, uin
   auto* cmd = reinterpret_cast<CmdReq*>(sqe->cmd);
   cmd->qid = qid;
   cmd->commitId = commitId;
+}
+
+// Hands entry e's two buffers to the kernel and waits for its first request.
+void PrepRegister(struct io_uring_sqe* sqe, int fd, Uring::Entry* e) {
+  PrepCmd(sqe, fd, kCmdRegister, e, static_cast<uint16_t>(e->queue->qid), 0);
+  sqe->addr = reinterpret_cast<uint64_t>(e->iov);
+  sqe->len = 2;
+}
+
+// Commits the answer written into entry e and waits for its next request.
+void PrepCommit(struct io_uring_sqe* sqe, int fd, Uring::Entry* e) {
+  PrepCmd(sqe, fd, kCmdCommitAndFetch, e, static_cast<uint16_t>(e->queue->qid), e->commitId);
 }
 
 }  // namespace
@@ -219,9 +230,7 @@ Status Uring::Launch(std::string* error) {
         for (Entry& e : q->entries) {
           sqe = io_uring_get_sqe(&q->ring);
           Check(sqe != nullptr, "io_uring: one submission slot per entry");
-          PrepCmd(sqe, fuseFd_, kCmdRegister, &e, static_cast<uint16_t>(q->qid), 0);
-          sqe->addr = reinterpret_cast<uint64_t>(e.iov);
-          sqe->len = 2;
+          PrepRegister(sqe, fuseFd_, &e);
         }
         io_uring_submit(&q->ring);
         {
@@ -295,18 +304,13 @@ void Uring::Run(Queue* q) {
         if (cqe->res == -EINTR || cqe->res == -EAGAIN) {
           struct io_uring_sqe* sqe = io_uring_get_sqe(&q->ring);
           Check(sqe != nullptr, "io_uring: retry slot");
-          if (e->commitId == 0) {
-            PrepCmd(sqe, fuseFd_, kCmdRegister, e, static_cast<uint16_t>(q->qid), 0);
-            sqe->addr = reinterpret_cast<uint64_t>(e->iov);
-            sqe->len = 2;
-          } else {
-            PrepCmd(sqe, fuseFd_, kCmdCommitAndFetch, e, static_cast<uint16_t>(q->qid), e->commitId);
-          }
+          if (e->commitId == 0) PrepRegister(sqe, fuseFd_, e);
+          else PrepCommit(sqe, fuseFd_, e);
           continue;
         }
+        // The kernel is done with the entry: it is not submitted again.
         if (e->commitId == 0) registerErrors_.fetch_add(1, std::memory_order_relaxed);
         else if (cqe->res != -ENOTCONN && cqe->res != -ECANCELED && cqe->res != -ENODEV) errors_.fetch_add(1, std::memory_order_relaxed);
-        e->dead = true;
         continue;
       }
       // A request: the kernel filled the header and the payload.
@@ -346,7 +350,7 @@ void Uring::Run(Queue* q) {
       for (Entry* e : q->readySwap) {
         struct io_uring_sqe* sqe = io_uring_get_sqe(&q->ring);
         Check(sqe != nullptr, "io_uring: one submission slot per entry");
-        PrepCmd(sqe, fuseFd_, kCmdCommitAndFetch, e, static_cast<uint16_t>(q->qid), e->commitId);
+        PrepCommit(sqe, fuseFd_, e);
       }
       q->readySwap.clear();
     }
@@ -391,7 +395,7 @@ void Uring::FillReply(Entry* e, uint64_t unique, int32_t error, const struct iov
     tlsCurrent = nullptr;
     struct io_uring_sqe* sqe = io_uring_get_sqe(&e->queue->ring);
     Check(sqe != nullptr, "io_uring: one submission slot per entry");
-    PrepCmd(sqe, fuseFd_, kCmdCommitAndFetch, e, static_cast<uint16_t>(e->queue->qid), e->commitId);
+    PrepCommit(sqe, fuseFd_, e);
     return;
   }
   crossThreadReplies_.fetch_add(1, std::memory_order_relaxed);
