@@ -316,7 +316,8 @@ export class CascadeFs implements CascadeFsOps {
       case 'stats':
         return this.fileAttr((await this.metaFile(p.file)).length, Date.now(), 0o444, p.file === 'stats.json' ? INO.stats : p.file === 'pins.json' ? INO.pins : INO.client);
       case 'kv': {
-        const kind = await this.kindOf(p.rel);
+        const resolved: { version?: VersionRecord } = {};
+        const kind = await this.kindOf(p.rel, resolved);
         if (kind === 'dir') return this.dirAttr(this.tree.info(p.rel));
         if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
         // A file with a write session open has the session's size and times, for everyone, as after
@@ -324,7 +325,7 @@ export class CascadeFs implements CascadeFsOps {
         // that open it meanwhile still read the committed content.
         const st = this.staging.get(p.rel);
         if (st) return this.stagingAttr(st);
-        const committed = await this.current(p.rel);
+        const committed = resolved.version ?? (await this.current(p.rel));
         if (committed) return this.versionAttr(committed);
         // Removed or renamed away by another node: it leaves this tree too.
         if (this.options.sharedNamespace && !this.hidden.has(p.rel)) this.tree.removeFile(p.rel);
@@ -1174,11 +1175,14 @@ export class CascadeFs implements CascadeFsOps {
    * What `rel` is: the tree's answer, or with a shared namespace, on a miss, the store's (a name made
    * by another node joins the tree, with its directories).
    */
-  private async kindOf(rel: string): Promise<'dir' | 'file' | undefined> {
+  private async kindOf(rel: string, resolved?: { version?: VersionRecord }): Promise<'dir' | 'file' | undefined> {
     const known = this.tree.kindOf(rel);
     if (known !== undefined || !this.options.sharedNamespace || rel === '') return known;
     let kind: 'dir' | 'file' | undefined;
-    if (validName(rel) && (await this.current(rel)) !== undefined) kind = 'file';
+    const v = validName(rel) ? await this.current(rel) : undefined;
+    // The caller's request may use the version just read instead of asking the store again.
+    if (resolved) resolved.version = v;
+    if (v !== undefined) kind = 'file';
     else if ((await this.store.list(`${rel}/`, { limit: 1 })).length > 0) kind = 'dir';
     if (kind === undefined) return undefined;
     await this.adopt(rel, kind);

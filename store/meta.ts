@@ -149,6 +149,8 @@ export interface ClusterDirectory {
   advertiseDram(changes: ReadonlyArray<{ sha256: string; node: string; held: boolean }>): Promise<void>;
   /** Nodes that said they hold the content in DRAM (possibly stale: ask them). */
   dramHolders(sha256: string): Promise<string[]>;
+  /** MetaEngine.current and the dramHolders of its content, in one round trip (a remote read needs both). */
+  currentWithHolders(name: string): Promise<{ version: VersionRecord | undefined; dramHolders: string[] }>;
   /** Block rows of these contents, in order (one round trip per batch): undefined where there is none. */
   blockRows(shas: readonly string[]): Promise<Array<BlockRecord | undefined>>;
   /** Every pinned block row (a node loads them at start without reading every row of the cluster). */

@@ -36,6 +36,12 @@ const SUSPECT_MS = 10_000;
 /** How often the peers' addresses and liveness may be looked up again. */
 const PEERS_REFRESH_MS = 1_000;
 const PEERS_STALE_MS = 5_000;
+/**
+ * Holders learned with a name's resolve (Store.currentVersion), used by a fetch of that content soon
+ * after instead of asking Redis again: as fresh as the resolve, at most HOLDERS_NOTED_MS old, bounded.
+ */
+const HOLDERS_NOTED_MS = 1_000;
+const HOLDERS_NOTED_MAX = 4_096;
 /** DRAM hints waiting to be sent, at most (the oldest are dropped past it: hints may be missing). */
 const ADVERTISE_PENDING_MAX = 100_000;
 const ADVERTISE_BATCH = 512;
@@ -62,6 +68,8 @@ export class RemoteDram {
   /** Peers whose fetch failed, by node: skipped until `untilMs`, unless they come back at a new address. */
   private readonly suspects = new Map<string, { untilMs: number; address: string }>();
   private readonly pending = new Map<string, boolean>(); // sha -> held
+  /** sha -> holders and when they were read, oldest first (see HOLDERS_NOTED_MS). */
+  private readonly noted = new Map<string, { holders: string[]; atMs: number }>();
   private advertiseTimer: NodeJS.Timeout | undefined;
   private advertising: Promise<void> | undefined;
   /** Remote reads per block before a local copy is kept: the store's threshold policy (bounded LRU). */
@@ -105,11 +113,17 @@ export class RemoteDram {
   async fetch(dram: NativeArenaTier, sha: string, sizeBytes: number): Promise<boolean> {
     if (this.closed) return false;
     let holders: string[];
-    try {
-      holders = (await this.directory.dramHolders(sha)).filter((n) => n !== this.node);
-    } catch (e) {
-      this.warn(`remote DRAM: cannot look up holders of ${sha}: ${String(e)}`);
-      return false;
+    const noted = this.noted.get(sha);
+    this.noted.delete(sha); // used once: a fetch that fails leaves this hint behind
+    if (noted !== undefined && Date.now() - noted.atMs <= HOLDERS_NOTED_MS && noted.holders.some((n) => n !== this.node)) {
+      holders = noted.holders.filter((n) => n !== this.node);
+    } else {
+      try {
+        holders = (await this.directory.dramHolders(sha)).filter((n) => n !== this.node);
+      } catch (e) {
+        this.warn(`remote DRAM: cannot look up holders of ${sha}: ${String(e)}`);
+        return false;
+      }
     }
     if (holders.length === 0) return false;
     const now = Date.now();
@@ -148,6 +162,15 @@ export class RemoteDram {
       }
     }
     return false;
+  }
+
+  /** The directory's DRAM holders of `sha`, read just now with a name's version: a fetch soon after uses them. */
+  noteHolders(sha: string, holders: readonly string[]): void {
+    if (this.closed) return;
+    this.noted.delete(sha);
+    if (holders.length === 0) return;
+    this.noted.set(sha, { holders: [...holders], atMs: Date.now() });
+    if (this.noted.size > HOLDERS_NOTED_MAX) this.noted.delete(this.noted.keys().next().value as string);
   }
 
   /** Count a remote read of `sha`: true when this node should keep its copy (promoted). */

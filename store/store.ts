@@ -979,9 +979,19 @@ export class Store {
    * name this node never saw, or whose content it lacks, fails with EIO as before.
    */
   private async currentVersion(name: string): Promise<VersionRecord | undefined> {
-    if (!this.config.cluster) return this.meta.current(name);
+    const c = this.config.cluster;
+    if (!c) return this.meta.current(name);
     try {
-      const v = await this.meta.current(name);
+      let v: VersionRecord | undefined;
+      if (this.remote) {
+        // The holders of its content come in the same round trip: a read of content this node lacks
+        // then fetches it from a peer's DRAM without asking Redis again.
+        const r = await c.directory.currentWithHolders(name);
+        v = r.version;
+        if (v && !this.dram.has(v.sha256)) this.remote.noteHolders(v.sha256, r.dramHolders);
+      } else {
+        v = await this.meta.current(name);
+      }
       if (v) this.lastKnown.set(name, v);
       else this.lastKnown.delete(name);
       return v;
@@ -1895,12 +1905,16 @@ export class Store {
    */
   private async ensureInDram(sha: string, sizeBytes: number, reading = false, tryRemote = true): Promise<void> {
     if (this.dram.has(sha)) {
+      if (reading) this.counters.hits.dram++;
       if (!reading && this.borrowed.delete(sha)) this.remote?.advertise(sha, true); // kept from now on
       return;
     }
     if (tryRemote && (await this.fetchRemote(sha, sizeBytes, reading))) return;
     const native = this.nativeDiskLoad(sha, sizeBytes);
-    const data = native ? undefined : ((this.gpu?.has(sha) ? await this.gpuCopy(sha, sizeBytes) : undefined) ?? (await this.loadFromDisk(sha, sizeBytes)));
+    const fromGpu = native ? undefined : this.gpu?.has(sha) ? await this.gpuCopy(sha, sizeBytes) : undefined;
+    // A reader's hit where the block came from (reads through a hold are counted once, at the hold).
+    const source = native || this.disk.has(sha) ? 'disk' : fromGpu ? 'gpu' : 'shared';
+    const data = native ? undefined : (fromGpu ?? (await this.loadFromDisk(sha, sizeBytes)));
     for (let attempt = 0; ; attempt++) {
       if (!(await this.makeRoom(sizeBytes))) {
         // Room may be held by blocks waiting for the flusher: let it finish, then try once more.
@@ -1916,6 +1930,7 @@ export class Store {
     this.admit(sha);
     this.remote?.advertise(sha, true);
     this.counters.promotions++;
+    if (reading) this.counters.hits[source]++;
   }
 
   /**

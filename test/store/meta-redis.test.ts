@@ -106,6 +106,29 @@ for (const cluster of [false, true]) {
       }
     });
 
+    it('currentWithHolders: the current version and its DRAM holders in one call, as current() and dramHolders() give them', async function () {
+      const meta = await RedisMeta.connect(options(freshNamespace()));
+      try {
+        assert.deepEqual(await meta.currentWithHolders('m/none'), { version: undefined, dramHolders: [] });
+        await meta.commitPlaced('m/a', sha(1), 10, 1_000, 8, undefined, undefined, false, 'n1');
+        await meta.commit('m/a', sha(2), 20, 2_000, 8);
+        assert.deepEqual(await meta.currentWithHolders('m/a'), { version: await meta.current('m/a'), dramHolders: [] }, 'the newest version, whose content nobody holds');
+        await meta.advertiseDram([
+          { sha256: sha(2), node: 'n2', held: true },
+          { sha256: sha(2), node: 'n3', held: true },
+        ]);
+        const r = await meta.currentWithHolders('m/a');
+        assert.equal(r.version?.sha256, sha(2));
+        assert.equal(r.version?.version, 2);
+        assert.deepEqual(r.dramHolders.sort(), ['n2', 'n3']);
+        assert.deepEqual(r.dramHolders.sort(), (await meta.dramHolders(sha(2))).sort());
+        await assert.rejects(meta.currentWithHolders('m/\ud800'), (e: unknown) => isCascadeError(e, 'EINVAL'), 'a name that is not well-formed');
+      } finally {
+        await meta.destroyNamespace();
+        await meta.close();
+      }
+    });
+
     it('namespaces are separate', async function () {
       const [a, b] = [freshNamespace(), freshNamespace()];
       const ea = await RedisMeta.connect(options(a));

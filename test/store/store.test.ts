@@ -389,8 +389,13 @@ describe('Store', function () {
     // The binding's methods are read-only on its prototype: shadow this one on the instance.
     Object.defineProperty(arena, 'fillFromFileAsync', { value: (h: number, fd: number, off: number) => (fills++, fill(h, fd, off)) });
     for (const [name, bytes] of [['m/big', data], ['m/small', small]] as const) {
+      const hits = { ...(await store.stats()).hits };
       const hold = await store.holdInDram(await store.resolve(name));
       hold.release();
+      assert.deepEqual((await store.stats()).hits, { ...hits, disk: hits.disk + 1 }, 'a hold that loads from disk is one disk hit');
+      const again = await store.holdInDram(await store.resolve(name));
+      again.release();
+      assert.deepEqual((await store.stats()).hits, { ...hits, disk: hits.disk + 1, dram: hits.dram + 1 }, 'a hold of a block in DRAM is one DRAM hit');
       assert.equal((await store.stat(name)).tier, 'dram');
       assert.ok((await store.get(name)).equals(bytes), `${name} byte-exact`);
     }
