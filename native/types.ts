@@ -70,6 +70,8 @@ export interface NativeArenaBinding {
   /** Size and extents (flat [arenaOffsetBytes, lengthBytes, ...], block order) of a live block. */
   describe(handle: number): { sizeBytes: number; extents: number[] };
   stats(): NativeArenaStats;
+  /** stats().freeBytes, without building the whole stats object. */
+  freeBytes(): number;
   region(): NativeRegion;
   /** Whether a block of sizeBytes can be allocated now (a free slot of its size class, or free pages). */
   fits(sizeBytes: number): boolean;

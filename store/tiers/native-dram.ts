@@ -106,7 +106,7 @@ export class NativeArenaTier implements Tier {
 
   freeBytes(): number {
     this.checkOpen();
-    return this.arena ? this.arena.stats().freeBytes : 0;
+    return this.arena ? this.arena.freeBytes() : 0;
   }
 
   async write(key: string, data: Uint8Array): Promise<void> {

@@ -107,10 +107,14 @@ describe('native binding', function () {
   it('fails cleanly when the arena is full, and reuses freed room', function () {
     const a = openArena(16 * 4 * KiB);
     try {
+      assert.equal(a.freeBytes(), 16 * 4 * KiB);
       const hs = Array.from({ length: 16 }, () => a.allocate(4 * KiB));
       throwsCode(() => a.allocate(1), 'ENOSPC');
       assert.equal(a.stats().freeBytes, 0);
+      assert.equal(a.freeBytes(), 0);
       for (let i = 0; i < hs.length; i += 2) a.free(hs[i]);
+      assert.equal(a.freeBytes(), 8 * 4 * KiB, 'freeBytes() is stats().freeBytes');
+      assert.equal(a.freeBytes(), a.stats().freeBytes);
       const big = a.allocate(8 * 4 * KiB); // eight single free pages: not contiguous, still fits
       const data = randomBytes(8 * 4 * KiB);
       a.write(big, 0, data);
@@ -165,6 +169,7 @@ describe('native binding', function () {
     const reading = a.readAsync(h, 0, target);
     a.close();
     throwsCode(() => a.allocate(1), 'EBADF');
+    throwsCode(() => a.freeBytes(), 'EBADF');
     assert.equal(await reading, 16 * MiB);
     assert.ok(target.equals(data));
   });

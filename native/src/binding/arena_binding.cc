@@ -50,7 +50,7 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
                         InstanceMethod("describe", &ArenaWrap::Describe), InstanceMethod("stats", &ArenaWrap::Stats),
                         InstanceMethod("region", &ArenaWrap::Region), InstanceMethod("close", &ArenaWrap::Close),
                         InstanceMethod("name", &ArenaWrap::Name), InstanceMethod("sha256Async", &ArenaWrap::Sha256Async),
-                        InstanceMethod("fits", &ArenaWrap::Fits), InstanceMethod("fillFromFileAsync", &ArenaWrap::FillFromFileAsync)});
+                        InstanceMethod("fits", &ArenaWrap::Fits), InstanceMethod("freeBytes", &ArenaWrap::FreeBytes), InstanceMethod("fillFromFileAsync", &ArenaWrap::FillFromFileAsync)});
   }
 
   // The arena for a Fabric to register; null when closed.
@@ -174,6 +174,13 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
     uint64_t size;
     if (a == nullptr || !ArgU64(info, 0, "sizeBytes", &size)) return info.Env().Undefined();
     return Napi::Boolean::New(info.Env(), a->Fits(size));
+  }
+
+  // freeBytes(): stats().freeBytes without building the whole stats object (the store asks per write).
+  Napi::Value FreeBytes(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    if (a == nullptr) return info.Env().Undefined();
+    return Napi::Number::New(info.Env(), static_cast<double>(a->Stats().freeBytes));
   }
 
   // sha256Async(handle): the block's SHA-256 (hex), hashed on a worker thread.
