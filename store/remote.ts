@@ -68,7 +68,7 @@ export class RemoteDram {
   /** Peers whose fetch failed, by node: skipped until `untilMs`, unless they come back at a new address. */
   private readonly suspects = new Map<string, { untilMs: number; address: string }>();
   private readonly pending = new Map<string, boolean>(); // sha -> held
-  /** sha -> holders and when they were read, oldest first (see HOLDERS_NOTED_MS). */
+  /** sha -> holders other than this node and when they were read, oldest first (see HOLDERS_NOTED_MS). */
   private readonly noted = new Map<string, { holders: string[]; atMs: number }>();
   private advertiseTimer: NodeJS.Timeout | undefined;
   private advertising: Promise<void> | undefined;
@@ -115,8 +115,8 @@ export class RemoteDram {
     let holders: string[];
     const noted = this.noted.get(sha);
     this.noted.delete(sha); // used once: a fetch that fails leaves this hint behind
-    if (noted !== undefined && Date.now() - noted.atMs <= HOLDERS_NOTED_MS && noted.holders.some((n) => n !== this.node)) {
-      holders = noted.holders.filter((n) => n !== this.node);
+    if (noted !== undefined && Date.now() - noted.atMs <= HOLDERS_NOTED_MS) {
+      holders = noted.holders;
     } else {
       try {
         holders = (await this.directory.dramHolders(sha)).filter((n) => n !== this.node);
@@ -164,12 +164,16 @@ export class RemoteDram {
     return false;
   }
 
-  /** The directory's DRAM holders of `sha`, read just now with a name's version: a fetch soon after uses them. */
+  /**
+   * The directory's DRAM holders of `sha`, read just now with a name's version: a fetch soon after uses
+   * the other nodes among them (none: it asks the directory then).
+   */
   noteHolders(sha: string, holders: readonly string[]): void {
     if (this.closed) return;
     this.noted.delete(sha);
-    if (holders.length === 0) return;
-    this.noted.set(sha, { holders: [...holders], atMs: Date.now() });
+    const others = holders.filter((n) => n !== this.node);
+    if (others.length === 0) return;
+    this.noted.set(sha, { holders: others, atMs: Date.now() });
     if (this.noted.size > HOLDERS_NOTED_MAX) this.noted.delete(this.noted.keys().next().value as string);
   }
 

@@ -1913,7 +1913,7 @@ export class Store {
     const native = this.nativeDiskLoad(sha, sizeBytes);
     const fromGpu = native ? undefined : this.gpu?.has(sha) ? await this.gpuCopy(sha, sizeBytes) : undefined;
     // A reader's hit where the block came from (reads through a hold are counted once, at the hold).
-    const source = native || this.disk.has(sha) ? 'disk' : fromGpu ? 'gpu' : 'shared';
+    const source = native ? 'disk' : fromGpu ? 'gpu' : this.disk.has(sha) ? 'disk' : 'shared';
     const data = native ? undefined : (fromGpu ?? (await this.loadFromDisk(sha, sizeBytes)));
     for (let attempt = 0; ; attempt++) {
       if (!(await this.makeRoom(sizeBytes))) {
