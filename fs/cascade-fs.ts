@@ -30,7 +30,7 @@ import { validateDirName, validateName, validateSha256 } from '../store/names';
 import type { DramHold, Store } from '../store/store';
 import { GpuLeases } from './gpu-leases';
 import { DirTree, split, type DirInfo } from './tree';
-import type { CascadeFsOps, DirEntry, FileAttr, FsStatfs, Handle, SealedBlock, StableAttr, WriteStager } from './types';
+import type { CascadeFsOps, DirEntry, DirWatcher, FileAttr, FsStatfs, Handle, SealedBlock, StableAttr, WriteStager } from './types';
 
 const S_IFDIR = 0o040000;
 /** The smallest JS staging buffer: a file written in 128 KiB pieces starts without a regrowth. */
@@ -274,6 +274,8 @@ export class CascadeFs implements CascadeFsOps {
   private stager: WriteStager | undefined;
   /** Leases of user.cascade.cuda_ipc readers on GPU-resident content. */
   private readonly gpuLeases: GpuLeases;
+  /** The engine's directory watcher (watchDirs): also told of hidden names. */
+  private dirWatcher: DirWatcher | undefined;
 
   constructor(
     private readonly store: Store,
@@ -349,13 +351,8 @@ export class CascadeFs implements CascadeFsOps {
    * names).
    */
   async stableAttr(path: string): Promise<StableAttr | undefined> {
-    if (this.options.sharedNamespace) return undefined;
-    let p: Parsed;
-    try {
-      p = parse(path);
-    } catch {
-      return undefined;
-    }
+    const p = this.parseLocal(path);
+    if (p === undefined) return undefined;
     if (p.kind === 'root') return { attr: this.dirAttr(INO.root) };
     if (p.kind !== 'kv') return undefined;
     const unstable = () => this.staging.has(p.rel) || this.hidden.has(p.rel) || this.pendingDelete.has(p.rel);
@@ -365,6 +362,53 @@ export class CascadeFs implements CascadeFsOps {
     const v = await this.current(p.rel);
     if (v === undefined || unstable() || this.tree.kindOf(p.rel) !== 'file') return undefined;
     return { attr: this.versionAttr(v), blockHandle: this.store.dramHandleOf(v.sha256) };
+  }
+
+  watchDirs(w: DirWatcher | undefined): boolean {
+    if (this.options.sharedNamespace) return false; // other nodes change names: nothing here is the whole truth
+    this.dirWatcher = w;
+    this.tree.watch(
+      w === undefined
+        ? undefined
+        : {
+            added: (dir, name) => w.added(kvPath(dir), name),
+            removed: (dir, name) => w.removed(kvPath(dir), name),
+            gone: (rel) => w.gone(kvPath(rel)),
+          },
+    );
+    return true;
+  }
+
+  /** For the engine caches: path parsed, where this node alone changes names (no shared namespace). */
+  private parseLocal(path: string): Parsed | undefined {
+    if (this.options.sharedNamespace) return undefined;
+    try {
+      return parse(path);
+    } catch {
+      return undefined;
+    }
+  }
+
+  dirEntryNames(path: string): string[] | undefined {
+    const p = this.parseLocal(path);
+    if (p === undefined || p.kind !== 'kv' || this.tree.kindOf(p.rel) !== 'dir') return undefined;
+    const names = [...this.tree.children(p.rel).keys()];
+    // Names libfuse hid there are not in the tree but are found by lookup.
+    for (const h of this.hidden.keys()) if (split(h).parent === p.rel) names.push(split(h).base);
+    return names;
+  }
+
+  /** The hidden-name table, told to the directory watcher (a lookup finds these names). */
+  private setHidden(rel: string, entry: { target: string; version: VersionRecord | undefined; staging: Staging | undefined }): void {
+    const had = this.hidden.has(rel);
+    this.hidden.set(rel, entry);
+    const { parent, base } = split(rel);
+    if (!had && this.tree.kindOf(rel) === undefined) this.dirWatcher?.added(kvPath(parent), base);
+  }
+
+  private deleteHidden(rel: string): void {
+    const { parent, base } = split(rel);
+    if (this.hidden.delete(rel) && this.tree.kindOf(rel) === undefined) this.dirWatcher?.removed(kvPath(parent), base);
   }
 
   async syncAll(): Promise<void> {
@@ -638,7 +682,7 @@ export class CascadeFs implements CascadeFsOps {
     const hid = this.hidden.get(rel);
     if (hid) {
       // The last release of a file unlinked while open: now it goes (unless a rename replaced it).
-      this.hidden.delete(rel);
+      this.deleteHidden(rel);
       if (this.pendingDelete.delete(hid.target) && (await this.exists(hid.target))) await this.store.delete(hid.target);
       return;
     }
@@ -1269,7 +1313,7 @@ export class CascadeFs implements CascadeFsOps {
     if (version && this.store.isPinned(version.sha256)) throw new CascadeError('EPERM', `/kv/${src} is pinned; unpin it first`);
     const st = this.staging.get(src);
     if (st) this.orphan(st); // a file replaced or unlinked while being written is never committed
-    this.hidden.set(hiddenRel, { target: src, version, staging: st });
+    this.setHidden(hiddenRel, { target: src, version, staging: st });
     if (version) this.pendingDelete.add(src);
     this.tree.removeFile(src);
   }
@@ -1440,6 +1484,11 @@ function copyRange(src: Buffer, sizeBytes: number, offsetBytes: number, target: 
 }
 
 /** Split an absolute mount path into what it names. Components are validated where they are used. */
+/** The mount path of a store-relative directory ('' is /kv). */
+function kvPath(rel: string): string {
+  return rel === '' ? '/kv' : `/kv/${rel}`;
+}
+
 export function parse(path: string): Parsed {
   if (path === '/' || path === '') return { kind: 'root' };
   const parts = path.split('/').slice(1);

@@ -19,7 +19,20 @@ export interface DirInfo {
   ctimeMs: number;
 }
 
+/**
+ * Told at once (synchronously, after the change) of every entry added to or removed from a directory,
+ * and of directories that left their paths: an engine keeps directory listings and attributes from it.
+ * Paths are store-relative, as everywhere here.
+ */
+export interface TreeWatcher {
+  added(dir: string, name: string): void;
+  removed(dir: string, name: string): void;
+  /** `rel` and every directory under it are no longer at those paths (removed, or moved away). */
+  gone(rel: string): void;
+}
+
 export class DirTree {
+  private watcher: TreeWatcher | undefined;
   /** dir path -> (child name -> kind). Every directory on the way to an entry exists here. */
   private readonly dirs = new Map<string, Map<string, EntryKind>>([['', new Map()]]);
   /** dir path -> its inode number and times; the same keys as `dirs`. */
@@ -35,6 +48,11 @@ export class DirTree {
   ) {
     const t = nowMs();
     this.infos.set('', { ino: rootIno, mtimeMs: t, ctimeMs: t });
+  }
+
+  /** One watcher at a time (the mounted engine). */
+  watch(w: TreeWatcher | undefined): void {
+    this.watcher = w;
   }
 
   info(rel: string): DirInfo {
@@ -86,6 +104,7 @@ export class DirTree {
     p.set(base, 'dir');
     this.newDir(rel, ino);
     this.changed(parent);
+    this.watcher?.added(parent, base);
   }
 
   /** A file under an existing directory (create); EISDIR over a directory. */
@@ -97,6 +116,7 @@ export class DirTree {
     if (p.has(base)) return;
     p.set(base, 'file');
     this.changed(parent);
+    this.watcher?.added(parent, base);
   }
 
   /** How many directories addNameWithParents(rel) would make. */
@@ -115,10 +135,15 @@ export class DirTree {
       if (!this.dirs.has(next)) {
         this.dirs.get(cur)!.set(parts[i], 'dir');
         this.newDir(next, takeIno());
+        this.watcher?.added(cur, parts[i]);
       }
       cur = next;
     }
-    this.dirs.get(cur)!.set(parts[parts.length - 1], 'file');
+    const d = this.dirs.get(cur)!;
+    const base = parts[parts.length - 1];
+    const had = d.has(base);
+    d.set(base, 'file');
+    if (!had) this.watcher?.added(cur, base);
   }
 
   removeFile(rel: string): void {
@@ -126,6 +151,7 @@ export class DirTree {
     if (this.dirs.get(parent)?.get(base) !== 'file') return;
     this.dirs.get(parent)!.delete(base);
     this.changed(parent);
+    this.watcher?.removed(parent, base);
   }
 
   /** A directory and its missing parents (one made by another node), numbered by takeIno. */
@@ -140,6 +166,7 @@ export class DirTree {
         p.set(part, 'dir');
         this.newDir(next, takeIno());
         this.changed(cur);
+        this.watcher?.added(cur, part);
       }
       cur = next;
     }
@@ -154,6 +181,7 @@ export class DirTree {
     if (p.get(base) === 'dir') throw new CascadeError('EISDIR', `/kv/${dst} is a directory`);
     p.set(base, 'file');
     this.changed(parent);
+    this.watcher?.added(parent, base);
   }
 
   removeDir(rel: string): void {
@@ -165,6 +193,8 @@ export class DirTree {
     this.dirs.delete(rel);
     this.infos.delete(rel);
     this.changed(parent);
+    this.watcher?.removed(parent, base);
+    this.watcher?.gone(rel);
   }
 
   /** Move a directory subtree (the caller renames the names in the store). */
@@ -186,6 +216,10 @@ export class DirTree {
     this.changed(fp);
     // A moved directory's ctime moves too (its '..' entry changed).
     this.infos.get(to)!.ctimeMs = this.nowMs();
+    this.watcher?.removed(fp, fb);
+    this.watcher?.added(parent, base);
+    this.watcher?.gone(from);
+    this.watcher?.gone(to);
   }
 
   /** All file paths below a directory (for a directory rename). */

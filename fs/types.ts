@@ -129,12 +129,29 @@ export interface CascadeFsOps {
    * it): `path`'s attributes where only a request naming it can change them, else undefined. Optional.
    */
   stableAttr?(path: string): Promise<StableAttr | undefined>;
+  /**
+   * An engine's directory listings and directory attributes: `w` is told, synchronously and before the
+   * request that made the change is answered, of every entry added to or removed from a directory under
+   * /kv and of directories that moved or went (absolute paths, e.g. /kv/llama). False where names also
+   * change elsewhere (a shared namespace): then nothing is told and nothing may be listed. Optional.
+   */
+  watchDirs?(w: DirWatcher | undefined): boolean;
+  /** Every entry name of a /kv directory now (for a listing kept by watchDirs), or undefined. */
+  dirEntryNames?(path: string): string[] | undefined;
   /** Make everything written durable (fsync of a read handle an engine opened by itself). Optional. */
   syncAll?(): Promise<void>;
   /** Blocks an engine opened by their arena handle, bypassing open(): hits and recent uses. Optional. */
   nativeOpened?(blockHandles: readonly number[]): void;
   /** Finish background work and persist everything (clean unmount). */
   close(): Promise<void>;
+}
+
+/** See CascadeFsOps.watchDirs. */
+export interface DirWatcher {
+  added(dir: string, name: string): void;
+  removed(dir: string, name: string): void;
+  /** `dir` and every directory under it are no longer at those paths. */
+  gone(dir: string): void;
 }
 
 /** Attributes an engine may cache (see CascadeFsOps.stableAttr). */

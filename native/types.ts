@@ -211,6 +211,16 @@ export interface NativeMetaTableBinding {
   publish(path: string, attr: Uint8Array, isFile: boolean, sizeBytes: number, blockHandle: number, generation: number): boolean;
   invalidate(path: string, subtree: boolean): void;
   invalidateAll(): void;
+  /**
+   * Keep every entry name of directory `dir` (one JS alone changes): a LOOKUP of a name not in it is
+   * then answered ENOENT in C++. False (nothing kept) past the table's listedNamesMax names in all.
+   * The caller keeps it exact with listAdd/listRemove before answering each change, and unlist.
+   */
+  list(dir: string, names: string[]): boolean;
+  listAdd(dir: string, name: string): void;
+  listRemove(dir: string, name: string): void;
+  /** Forget dir's listing (subtree: and those of every directory under it). */
+  unlist(dir: string, subtree: boolean): void;
   stats(): NativeMetaStats;
 }
 
@@ -219,6 +229,10 @@ export interface NativeMetaStats {
   attrs: number;
   lookupHits: number;
   lookupMisses: number;
+  /** LOOKUPs answered ENOENT: the name is not in its directory's listing. */
+  lookupAbsent: number;
+  listedDirs: number;
+  listedNames: number;
   attrHits: number;
   attrMisses: number;
   publishes: number;
@@ -274,6 +288,8 @@ export interface FuseSessionStats {
   replyErrors: number;
   /** Requests answered in C++ from the native metadata table. */
   servedLookups: number;
+  /** Of those, LOOKUPs of names not in a listed directory, answered ENOENT. */
+  servedAbsentLookups: number;
   servedGetattrs: number;
   servedForgets: number;
   servedOpens: number;
@@ -396,7 +412,7 @@ export interface NativeBinding {
     holdsMax: number,
     holdTimeoutMs: number,
   ) => NativeFabricBinding;
-  MetaTable: new (nodesMax: number, attrsMax: number) => NativeMetaTableBinding;
+  MetaTable: new (nodesMax: number, attrsMax: number, listedNamesMax?: number) => NativeMetaTableBinding;
   /** getxattr(2) by path; throws an Error whose `code` is the errno's name (ENODATA, ENOENT, ENOTCONN...). */
   getxattr(path: string, name: string): Buffer;
   /** setxattr(2) by path (flags 0); errors as getxattr. */

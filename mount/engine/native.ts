@@ -16,7 +16,7 @@ import type { NativeArenaBinding, NativeMetaTableBinding } from '../../native/ty
 import type { FuseNegotiated } from '../../native/types';
 import { CascadeError, isCascadeError } from '../../store/errors';
 import type { DramHold } from '../../store/store';
-import type { CascadeFsOps, DirEntry, FileAttr, Handle } from '../../fs/types';
+import type { CascadeFsOps, DirEntry, DirWatcher, FileAttr, Handle } from '../../fs/types';
 import { errnoOf, toErrno } from './errno';
 import type { RequestObserver } from '../daemon/metrics';
 import type { FuseUringMode } from '../daemon/defaults';
@@ -128,6 +128,11 @@ function defaultLog(msg: string): void {
 
 /** Attribute cache entries the native table keeps at most (then it starts over: misses go to JS). */
 export const ATTRS_MAX = 256 * 1024;
+/**
+ * Entry names the native table keeps in directory listings, in all (about 100 bytes each in C++): past
+ * it, a directory is not listed (or stops being) and its negative lookups go to JS.
+ */
+export const LISTED_NAMES_MAX = 1024 * 1024;
 /** File handles of opens the C++ workers answered start here (native/src/engine/session.h). */
 export const NATIVE_HANDLE_BASE = 2 ** 40;
 
@@ -139,8 +144,8 @@ export const NATIVE_HANDLE_BASE = 2 ** 40;
 export class NodeTable {
   readonly native: NativeMetaTableBinding;
 
-  constructor(maxNodes = NODES_MAX, maxAttrs = ATTRS_MAX) {
-    this.native = new (requireNative('the native FUSE engine').MetaTable)(maxNodes, maxAttrs);
+  constructor(maxNodes = NODES_MAX, maxAttrs = ATTRS_MAX, maxListedNames = LISTED_NAMES_MAX) {
+    this.native = new (requireNative('the native FUSE engine').MetaTable)(maxNodes, maxAttrs, maxListedNames);
   }
 
   get size(): number {
@@ -226,6 +231,16 @@ export class NativeFuseEngine {
   private staging = false;
   /** Whether attributes are published to the C++ workers (the filesystem offers stableAttr). */
   private readonly caching: boolean;
+  /**
+   * Whether the filesystem tells every directory change (watchDirs): then a directory's cached
+   * attributes are dropped exactly when it changes, and directories can be listed in C++ (a LOOKUP of
+   * a name that is not there is answered without JS: every new file's first request).
+   */
+  private watching = false;
+  /** Directories listed in the C++ table (a mirror, so changes elsewhere cost no native call). */
+  private readonly listed = new Set<string>();
+  /** Directories whose attributes changed, published again once the current request is answered. */
+  private readonly dirsToPublish = new Set<string>();
   private touchTimer: NodeJS.Timeout | undefined;
 
   private constructor(
@@ -312,6 +327,7 @@ export class NativeFuseEngine {
       throw new CascadeError('EIO', `cannot mount ${mnt} with the native engine: ${r.why}`);
     }
     engine.arena = session.negotiated().arena;
+    if (engine.caching && fsOps.dirEntryNames !== undefined) engine.watching = fsOps.watchDirs?.(engine.dirWatcher()) === true;
     // Native opens are hits the store counts, and recent uses its eviction must see.
     engine.touchTimer = setInterval(() => engine.drainTouched(), TOUCH_DRAIN_MS);
     engine.touchTimer.unref();
@@ -357,6 +373,8 @@ export class NativeFuseEngine {
       attrPublishes: m.publishes,
       attrRefusedPublishes: m.refusedPublishes,
       attrInvalidations: m.invalidations,
+      listedDirs: m.listedDirs,
+      listedNames: m.listedNames,
       holds: this.holds.size,
       openDirs: this.dirs.size,
       passthroughFiles: this.backings?.size ?? 0,
@@ -386,6 +404,7 @@ export class NativeFuseEngine {
 
   private async detach(): Promise<void> {
     if (this.touchTimer !== undefined) clearInterval(this.touchTimer);
+    if (this.watching) this.fsOps.watchDirs?.(undefined);
     this.drainTouched();
     if (mountEntry(this.mountpoint)) await fusermountUnmount(this.mountpoint).catch((e: unknown) => this.log(`unmount: ${(e as Error).message}`));
     // Staged bytes live in the session's stager: into the filesystem's memory before it goes.
@@ -429,11 +448,13 @@ export class NativeFuseEngine {
     work.then(
       (payload) => {
         this.reply(hdr.unique, 0, payload);
+        if (this.dirsToPublish.size > 0) this.publishDirs();
         observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, 0);
       },
       (e: unknown) => {
         const errno = this.errnoFor(hdr, e);
         this.reply(hdr.unique, errno);
+        if (this.dirsToPublish.size > 0) this.publishDirs();
         observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, errno);
       },
     );
@@ -498,6 +519,7 @@ export class NativeFuseEngine {
   private invalidate(p: string, subtree = false): void {
     if (!this.caching) return;
     this.nodes.native.invalidate(p, subtree);
+    if (this.watching) return; // the parent, where it changed, was dropped by the directory watcher
     const slash = p.lastIndexOf('/');
     if (slash < 0) return;
     const parent = slash === 0 ? '/' : p.slice(0, slash);
@@ -505,6 +527,52 @@ export class NativeFuseEngine {
     // The parent's new times, published now: the kernel dropped its cached attributes too, and the next
     // path walk through it (the next create there) asks for them. A change meanwhile refuses this.
     this.attrOf(parent).catch(() => undefined);
+  }
+
+  /**
+   * The filesystem's directory watcher: listings kept exact, and a directory's attributes dropped the
+   * moment an entry is added or removed (its times move), before the request that did it is answered.
+   */
+  private dirWatcher(): DirWatcher {
+    const native = this.nodes.native;
+    const changed = (dir: string) => {
+      native.invalidate(dir, false);
+      // Its new times are published once this request is answered (publishDirs): the kernel dropped
+      // its cached attributes too, and the next path walk through it (the next create there) asks.
+      this.dirsToPublish.add(dir);
+    };
+    return {
+      added: (dir, name) => {
+        if (this.listed.has(dir)) native.listAdd(dir, name);
+        changed(dir);
+      },
+      removed: (dir, name) => {
+        if (this.listed.has(dir)) native.listRemove(dir, name);
+        changed(dir);
+      },
+      gone: (dir) => {
+        for (const d of this.listed) if (d === dir || d.startsWith(`${dir}/`)) this.listed.delete(d);
+        native.unlist(dir, true);
+      },
+    };
+  }
+
+  /** After a reply: directories that changed, published (their generation read now, after the change). */
+  private publishDirs(): void {
+    for (const d of this.dirsToPublish) this.attrOf(d).catch(() => undefined); // gone again: a lookup resolves it
+    this.dirsToPublish.clear();
+  }
+
+  /** After JS found no `name` in `dir`: list dir, so the next such lookup is answered in C++. */
+  private listAfterMiss(dir: string): void {
+    if (!this.watching || this.listed.has(dir)) return;
+    const names = this.fsOps.dirEntryNames!(dir);
+    if (names === undefined) return;
+    try {
+      if (this.nodes.native.list(dir, names)) this.listed.add(dir);
+    } catch (e) {
+      this.log(`listing ${dir} for the C++ workers: ${(e as Error).message}`); // a name C++ would refuse
+    }
   }
 
   /**
@@ -535,8 +603,15 @@ export class NativeFuseEngine {
   private async serve(hdr: P.InHeader, r: P.Reader): Promise<Buffer | Buffer[] | undefined> {
     const f = this.fsOps;
     switch (hdr.opcode) {
-      case P.Op.LOOKUP:
-        return this.entry(childPath(this.nodes.pathOf(hdr.nodeid), r.name()));
+      case P.Op.LOOKUP: {
+        const parent = this.nodes.pathOf(hdr.nodeid);
+        try {
+          return await this.entry(childPath(parent, r.name()));
+        } catch (e) {
+          if (isCascadeError(e, 'ENOENT') && !this.nodes.isDetached(hdr.nodeid)) this.listAfterMiss(parent);
+          throw e;
+        }
+      }
       case P.Op.GETATTR: {
         const flags = r.u32();
         r.u32();

@@ -561,4 +561,65 @@ describe('CascadeFs (no kernel)', function () {
     assert.equal((await readFile(fs, '/kv/m/d/f')).toString(), 'moved');
     assert.deepEqual((await store.versions('m/d/f')).map((v) => v.version), [1], 'a new history at the name');
   });
+  it('tells a directory watcher every entry added and removed, so a listing kept from it stays exact (the native engine\'s negative lookups)', async () => {
+    const listings = new Map<string, Set<string>>();
+    const changed: string[] = [];
+    const list = (dir: string) => listings.set(dir, new Set(fs.dirEntryNames(dir)));
+    assert.equal(
+      fs.watchDirs({
+        added: (dir, name) => {
+          listings.get(dir)?.add(name);
+          changed.push(dir);
+        },
+        removed: (dir, name) => {
+          listings.get(dir)?.delete(name);
+          changed.push(dir);
+        },
+        gone: (dir) => {
+          for (const d of [...listings.keys()]) if (d === dir || d.startsWith(`${dir}/`)) listings.delete(d);
+        },
+      }),
+      true,
+    );
+    list('/kv');
+    await fs.mkdir('/kv/m', 0o755);
+    list('/kv/m');
+    await writeFile(fs, '/kv/m/a', Buffer.from('a'));
+    await writeFile(fs, '/kv/m/b', Buffer.from('b'));
+    await fs.mkdir('/kv/m/d', 0o755);
+    list('/kv/m/d');
+    await writeFile(fs, '/kv/m/d/x', Buffer.from('x'));
+    await fs.rename('/kv/m/a', '/kv/m/d/a2'); // a file between listed directories
+    await fs.unlink('/kv/m/b');
+    // A failed create leaves the tree at its release: its name goes from the listing too.
+    const h = await fs.create('/kv/m/never', 0o644, O_CREAT | O_WRONLY | O_TRUNC);
+    assert.ok(listings.get('/kv/m')!.has('never'));
+    await fs.release(h); // released without a flush: committed empty, so it stays
+    // A name libfuse hides is found by lookup: listed while hidden.
+    const reader = await fs.open('/kv/m/never', O_RDONLY);
+    await fs.rename('/kv/m/never', '/kv/m/.fuse_hidden0000000c00000003');
+    assert.ok(listings.get('/kv/m')!.has('.fuse_hidden0000000c00000003'));
+    await fs.release(reader);
+    await fs.unlink('/kv/m/.fuse_hidden0000000c00000003');
+    assert.ok(!listings.get('/kv/m')!.has('.fuse_hidden0000000c00000003'));
+    // A directory moved: its listing (and those under it) is forgotten, the parents follow.
+    await fs.rename('/kv/m/d', '/kv/m/e');
+    assert.equal(listings.has('/kv/m/d'), false);
+    for (const [dir, names] of listings) assert.deepEqual([...names].sort(), fs.dirEntryNames(dir)!.sort(), `listing of ${dir}`);
+    assert.deepEqual([...listings.get('/kv/m')!].sort(), ['e']);
+    // Every change named its directory (an engine drops that directory's cached attributes then).
+    assert.ok(changed.includes('/kv') && changed.includes('/kv/m') && changed.includes('/kv/m/d'));
+    await fs.rmdir('/kv/m/e').catch(() => undefined); // not empty: ENOTEMPTY, nothing told
+    assert.equal(fs.dirEntryNames('/kv/m/e/x'), undefined, 'a file is not a directory');
+    assert.equal(fs.dirEntryNames('/.cascade'), undefined, 'only /kv is listed');
+    fs.watchDirs(undefined);
+    await writeFile(fs, '/kv/m/late', Buffer.from('l'));
+    assert.ok(!listings.get('/kv/m')!.has('late'), 'no watcher, nothing told');
+  });
+
+  it('tells no directory watcher with a shared namespace (other nodes change names)', async () => {
+    const shared = await createCascadeFs(store, { uid: 1000, gid: 1000, log: () => undefined, sharedNamespace: true });
+    assert.equal(shared.watchDirs({ added: () => undefined, removed: () => undefined, gone: () => undefined }), false);
+    assert.equal(shared.dirEntryNames('/kv'), undefined);
+  });
 });

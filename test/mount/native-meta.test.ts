@@ -51,6 +51,29 @@ describe('native engine: metadata table (binding, no kernel)', function () {
     assert.ok(t.stats().attrs <= 3);
   });
 
+  it('keeps directory listings within their bound; an unlist drops a whole subtree', () => {
+    const t = new (nativeBinding()!.MetaTable)(100, 100, 5);
+    assert.equal(t.list('/kv/d', ['a', 'b']), true);
+    assert.equal(t.list('/kv/d/e', ['c']), true);
+    assert.equal(t.list('/kv/f', ['x', 'y', 'z']), false, '6 names past the bound of 5: nothing kept');
+    t.listAdd('/kv/d', 'c');
+    t.listAdd('/kv/d', 'c'); // already there
+    t.listAdd('/kv/unlisted', 'q'); // no listing: nothing kept
+    t.listRemove('/kv/d', 'a');
+    assert.deepEqual([t.stats().listedDirs, t.stats().listedNames], [2, 3]);
+    t.listAdd('/kv/d/e', 'g');
+    t.listAdd('/kv/d/e', 'h'); // 5 names: the bound
+    t.listAdd('/kv/d/e', 'i'); // past it: that directory is no longer listed
+    assert.deepEqual([t.stats().listedDirs, t.stats().listedNames], [1, 2]);
+    assert.equal(t.list('/kv/d0', ['n']), true);
+    t.unlist('/kv/d', true);
+    assert.deepEqual([t.stats().listedDirs, t.stats().listedNames], [1, 1], '/kv/d0 is not under /kv/d');
+    assert.throws(() => t.list('/kv/d', ['a/b']), /listed name/);
+    assert.throws(() => t.listAdd('/kv/d', ''), /listed name/);
+    assert.throws(() => t.list('/kv/d', ['x'.repeat(256)]), /listed name/);
+    assert.throws(() => new (nativeBinding()!.MetaTable)(100, 100, 2 ** 25), /listedNamesMax/);
+  });
+
   it('checks its arguments in C++ too', () => {
     const t = new (nativeBinding()!.MetaTable)(100, 100);
     assert.throws(() => t.publish('/kv/a', Buffer.alloc(10), true, 1, 0, 1), /88-byte/);
@@ -193,6 +216,59 @@ describe('native engine: lookups, stats and opens answered in C++ (real mounts)'
     assert.equal(spawnSync('stat', [f]).status, 1, 'unlinked');
     const e = engineStats(mnt);
     assert.ok(e.servedOpens > 0 && e.attrInvalidations > 0, JSON.stringify(e));
+  });
+
+  it('a name that is not there is answered in C++ once its directory is listed, and every change shows at once', async () => {
+    const mnt = await start('absent');
+    const dir = path.join(mnt, 'kv', 'm');
+    // Each check in a fresh process: nothing cached in this one.
+    const exists = (...names: string[]) => {
+      const r = spawnSync('python3', ['-c', 'import os,sys; print(" ".join(str(int(os.path.exists(p))) for p in sys.argv[1:]))', ...names.map((n) => path.join(dir, n))], {
+        encoding: 'utf8',
+      });
+      assert.equal(r.status, 0, r.stderr);
+      return r.stdout.trim().split(' ').map((x) => x === '1');
+    };
+    assert.deepEqual(exists('nope'), [false]); // JS answers, and lists kv/m
+    let before = engineStats(mnt).servedAbsentLookups;
+    assert.deepEqual(exists('nope', 'nope2', 'nope3'), [false, false, false]);
+    assert.equal(engineStats(mnt).servedAbsentLookups - before, 3, 'answered in C++');
+    // Made by another process: seen at once.
+    fs.writeFileSync(path.join(dir, 'a'), 'a');
+    spawnSync('python3', ['-c', 'import sys; open(sys.argv[1], "w").write("b")', path.join(dir, 'b')]);
+    assert.deepEqual(exists('a', 'b', 'c'), [true, true, false]);
+    fs.renameSync(path.join(dir, 'a'), path.join(dir, 'c'));
+    assert.deepEqual(exists('a', 'b', 'c'), [false, true, true]);
+    fs.unlinkSync(path.join(dir, 'b'));
+    assert.deepEqual(exists('a', 'b', 'c'), [false, false, true]);
+    // Directories: made, listed, moved (its listing goes with the old path), removed and made again.
+    fs.mkdirSync(path.join(dir, 'd'));
+    fs.writeFileSync(path.join(dir, 'd', 'x'), 'x');
+    assert.deepEqual(exists('d', 'd/x', 'd/y'), [true, true, false]);
+    assert.deepEqual(exists('d/y'), [false]);
+    fs.renameSync(path.join(dir, 'd'), path.join(dir, 'e'));
+    assert.deepEqual(exists('d', 'd/x', 'e', 'e/x', 'e/y'), [false, false, true, true, false]);
+    fs.writeFileSync(path.join(dir, 'e', 'y'), 'y');
+    assert.deepEqual(exists('e/y'), [true]);
+    fs.rmSync(path.join(dir, 'e'), { recursive: true });
+    fs.mkdirSync(path.join(dir, 'e'));
+    assert.deepEqual(exists('e', 'e/x', 'e/y'), [true, false, false]);
+    fs.writeFileSync(path.join(dir, 'e', 'x'), 'x2');
+    assert.deepEqual(exists('e/x'), [true]);
+    // A name over 255 bytes is refused as before; a name that is not ASCII goes to JS (both agree).
+    const long = spawnSync('python3', ['-c', 'import os,sys\ntry: os.stat(sys.argv[1])\nexcept OSError as e: print(e.errno)', path.join(dir, 'n'.repeat(256))], { encoding: 'utf8' });
+    assert.equal(long.stdout.trim(), '36', 'ENAMETOOLONG');
+    fs.writeFileSync(path.join(dir, 'ü'), 'u');
+    assert.deepEqual(exists('ü', 'ö'), [true, false]);
+    // The directory's times move with each entry added (its cached attributes are dropped then).
+    const m0 = fs.statSync(dir).mtimeMs;
+    await new Promise((r) => setTimeout(r, 20));
+    spawnSync('python3', ['-c', 'import sys; open(sys.argv[1], "w").write("t")', path.join(dir, 't')]);
+    const m1 = Number(spawnSync('python3', ['-c', 'import os,sys; print(os.stat(sys.argv[1]).st_mtime_ns // 1000000)', dir], { encoding: 'utf8' }).stdout);
+    assert.ok(m1 > m0, `mtime ${m0} -> ${m1}`);
+    before = engineStats(mnt).servedAbsentLookups;
+    assert.deepEqual(exists('t', 'u'), [true, false]);
+    assert.ok(engineStats(mnt).servedAbsentLookups - before >= 1);
   });
 
   it('a stat while a file is being written shows the writer\'s size (nothing stale from the cache)', async () => {

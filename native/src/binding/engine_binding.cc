@@ -235,9 +235,14 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     init_ = InitFn::New(env, info[2].As<Napi::Function>(), "cascade-fuse-init", 1, 1);
     RequestFn requests = requests_;
     InitFn init = init_;
-    auto forward = [requests](Request&& request) mutable {
+    auto forward = [requests](Request&& request, const std::function<void()>& beforeWaiting) mutable {
       auto* r = new Request(std::move(request));
-      if (requests.BlockingCall(r) != napi_ok) {
+      napi_status st = requests.NonBlockingCall(r);
+      if (st == napi_queue_full) {
+        beforeWaiting();  // JS is behind: another worker keeps serving what needs no JS meanwhile
+        st = requests.BlockingCall(r);
+      }
+      if (st != napi_ok) {
         delete r;
         return false;
       }
@@ -448,6 +453,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("stagedFiles", static_cast<double>(session_->stager() ? session_->stager()->stages() : 0));
     o.Set("replyErrors", static_cast<double>(s.replyErrors));
     o.Set("servedLookups", static_cast<double>(s.servedLookups));
+    o.Set("servedAbsentLookups", static_cast<double>(s.servedAbsentLookups));
     o.Set("servedGetattrs", static_cast<double>(s.servedGetattrs));
     o.Set("servedForgets", static_cast<double>(s.servedForgets));
     o.Set("servedOpens", static_cast<double>(s.servedOpens));

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "../engine/meta.h"
 #include "common.h"
@@ -19,6 +20,7 @@ using engine::MetaTable;
 // Bounds a caller may ask for (the node table holds what the kernel holds; attributes are a cache).
 constexpr double kNodesMaxLimit = 1 << 26;
 constexpr double kAttrsMaxLimit = 1 << 24;
+constexpr double kListedNamesMaxLimit = 1 << 24;
 
 class MetaTableWrap : public Napi::ObjectWrap<MetaTableWrap> {
  public:
@@ -38,19 +40,24 @@ class MetaTableWrap : public Napi::ObjectWrap<MetaTableWrap> {
                            InstanceMethod<&MetaTableWrap::Publish>("publish"),
                            InstanceMethod<&MetaTableWrap::Invalidate>("invalidate"),
                            InstanceMethod<&MetaTableWrap::InvalidateAll>("invalidateAll"),
+                           InstanceMethod<&MetaTableWrap::List>("list"),
+                           InstanceMethod<&MetaTableWrap::ListAdd>("listAdd"),
+                           InstanceMethod<&MetaTableWrap::ListRemove>("listRemove"),
+                           InstanceMethod<&MetaTableWrap::Unlist>("unlist"),
                            InstanceMethod<&MetaTableWrap::Stats>("stats"),
                        });
   }
 
-  // new MetaTable(nodesMax, attrsMax)
+  // new MetaTable(nodesMax, attrsMax, listedNamesMax = 0)
   explicit MetaTableWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MetaTableWrap>(info) {
-    uint64_t nodesMax, attrsMax;
+    uint64_t nodesMax, attrsMax, listedNamesMax = 0;
     if (!ArgU64(info, 0, "nodesMax", &nodesMax) || !ArgU64(info, 1, "attrsMax", &attrsMax)) return;
-    if (nodesMax < 2 || nodesMax > kNodesMaxLimit || attrsMax < 1 || attrsMax > kAttrsMaxLimit) {
-      ThrowCode(info.Env(), "EINVAL", "nodesMax must be 2..2^26 and attrsMax 1..2^24");
+    if (info.Length() > 2 && !info[2].IsUndefined() && !ArgU64(info, 2, "listedNamesMax", &listedNamesMax)) return;
+    if (nodesMax < 2 || nodesMax > kNodesMaxLimit || attrsMax < 1 || attrsMax > kAttrsMaxLimit || listedNamesMax > kListedNamesMaxLimit) {
+      ThrowCode(info.Env(), "EINVAL", "nodesMax must be 2..2^26, attrsMax 1..2^24 and listedNamesMax 0..2^24");
       return;
     }
-    table_ = std::make_shared<MetaTable>(nodesMax, attrsMax);
+    table_ = std::make_shared<MetaTable>(nodesMax, attrsMax, listedNamesMax);
   }
 
   std::shared_ptr<MetaTable> Shared() const { return table_; }
@@ -163,6 +170,52 @@ class MetaTableWrap : public Napi::ObjectWrap<MetaTableWrap> {
     return info.Env().Undefined();
   }
 
+  // list(dir, names: string[]) -> kept? (false past listedNamesMax)
+  Napi::Value List(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    std::string dir;
+    if (!ArgPath(info, 0, &dir)) return env.Undefined();
+    if (info.Length() < 2 || !info[1].IsArray()) {
+      ThrowCode(env, "EINVAL", "names must be an array of strings");
+      return env.Undefined();
+    }
+    Napi::Array arr = info[1].As<Napi::Array>();
+    std::vector<std::string> names;
+    names.reserve(arr.Length());
+    for (uint32_t i = 0; i < arr.Length(); i++) {
+      Napi::Value v = arr.Get(i);
+      if (!v.IsString()) {
+        ThrowCode(env, "EINVAL", "names must be an array of strings");
+        return env.Undefined();
+      }
+      names.push_back(v.As<Napi::String>().Utf8Value());
+      if (!ValidName(names.back())) {
+        ThrowCode(env, "EINVAL", "a listed name must be 1..255 bytes without '/' or NUL");
+        return env.Undefined();
+      }
+    }
+    return Napi::Boolean::New(env, table_->List(dir, names));
+  }
+
+  Napi::Value ListAdd(const Napi::CallbackInfo& info) {
+    std::string dir, name;
+    if (ArgPath(info, 0, &dir) && ArgName(info, 1, &name)) table_->ListAdd(dir, name);
+    return info.Env().Undefined();
+  }
+
+  Napi::Value ListRemove(const Napi::CallbackInfo& info) {
+    std::string dir, name;
+    if (ArgPath(info, 0, &dir) && ArgName(info, 1, &name)) table_->ListRemove(dir, name);
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Unlist(const Napi::CallbackInfo& info) {
+    std::string dir;
+    bool subtree;
+    if (ArgPath(info, 0, &dir) && ArgBool(info, 1, "subtree", &subtree)) table_->Unlist(dir, subtree);
+    return info.Env().Undefined();
+  }
+
   Napi::Value InvalidateAll(const Napi::CallbackInfo& info) {
     table_->InvalidateAll();
     return info.Env().Undefined();
@@ -176,6 +229,9 @@ class MetaTableWrap : public Napi::ObjectWrap<MetaTableWrap> {
     o.Set("attrs", static_cast<double>(table_->attrCount()));
     o.Set("lookupHits", static_cast<double>(s.lookupHits));
     o.Set("lookupMisses", static_cast<double>(s.lookupMisses));
+    o.Set("lookupAbsent", static_cast<double>(s.lookupAbsent));
+    o.Set("listedDirs", static_cast<double>(table_->listedDirCount()));
+    o.Set("listedNames", static_cast<double>(table_->listedNameCount()));
     o.Set("attrHits", static_cast<double>(s.attrHits));
     o.Set("attrMisses", static_cast<double>(s.attrMisses));
     o.Set("publishes", static_cast<double>(s.publishes));
@@ -189,6 +245,20 @@ class MetaTableWrap : public Napi::ObjectWrap<MetaTableWrap> {
     if (!ArgString(info, i, "path", out)) return false;
     if (out->empty() || (*out)[0] != '/' || out->find('\0') != std::string::npos) {
       ThrowCode(info.Env(), "EINVAL", "path must be absolute");
+      return false;
+    }
+    return true;
+  }
+
+  static bool ValidName(const std::string& name) {
+    return !name.empty() && name.size() <= engine::kNameMaxBytes && name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+  }
+
+  // One entry name of a directory (what LOOKUP carries).
+  static bool ArgName(const Napi::CallbackInfo& info, size_t i, std::string* out) {
+    if (!ArgString(info, i, "name", out)) return false;
+    if (!ValidName(*out)) {
+      ThrowCode(info.Env(), "EINVAL", "a listed name must be 1..255 bytes without '/' or NUL");
       return false;
     }
     return true;

@@ -13,9 +13,19 @@ bool StartsWith(const std::string& s, const std::string& prefix) {
   return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
 }
 
+// JS decodes names as UTF-8, replacing bad bytes, so two byte strings can be one name there: only an
+// ASCII name is judged absent here (others go to JS, which finds what its decoding finds).
+bool Ascii(const char* name, size_t nameBytes) {
+  for (size_t i = 0; i < nameBytes; i++) {
+    if (static_cast<unsigned char>(name[i]) >= 0x80) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-MetaTable::MetaTable(uint64_t nodesMax, uint64_t attrsMax) : nodesMax_(nodesMax), attrsMax_(attrsMax) {
+MetaTable::MetaTable(uint64_t nodesMax, uint64_t attrsMax, uint64_t listedNamesMax)
+    : nodesMax_(nodesMax), attrsMax_(attrsMax), listedNamesMax_(listedNamesMax) {
   byId_[kRootNodeId] = Node{"/", 1, false};
   byPath_["/"] = kRootNodeId;
 }
@@ -174,27 +184,89 @@ uint64_t MetaTable::attrCount() {
   return attrs_.size();
 }
 
-bool MetaTable::LookupCached(uint64_t parent, const char* name, size_t nameBytes, uint64_t* id, CachedAttr* attr) {
-  if (nameBytes == 0 || memchr(name, '/', nameBytes) != nullptr || (nameBytes == 1 && name[0] == '.') ||
+bool MetaTable::List(const std::string& dir, const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto old = listed_.find(dir);
+  const uint64_t kept = listedNames_ - (old == listed_.end() ? 0 : old->second.size());
+  if (kept + names.size() > listedNamesMax_) return false;
+  std::unordered_set<std::string> set(names.begin(), names.end());
+  listedNames_ = kept + set.size();
+  listed_[dir] = std::move(set);
+  return true;
+}
+
+void MetaTable::ListAdd(const std::string& dir, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = listed_.find(dir);
+  if (it == listed_.end()) return;
+  if (listedNames_ >= listedNamesMax_) {  // full: this directory's lookups go to JS again
+    listedNames_ -= it->second.size();
+    listed_.erase(it);
+    return;
+  }
+  if (it->second.insert(name).second) listedNames_++;
+}
+
+void MetaTable::ListRemove(const std::string& dir, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = listed_.find(dir);
+  if (it != listed_.end() && it->second.erase(name) > 0) listedNames_--;
+}
+
+void MetaTable::Unlist(const std::string& dir, bool subtree) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = listed_.find(dir);
+  if (it != listed_.end()) {
+    listedNames_ -= it->second.size();
+    listed_.erase(it);
+  }
+  if (!subtree) return;
+  const std::string prefix = dir == "/" ? "/" : dir + "/";
+  for (it = listed_.lower_bound(prefix); it != listed_.end() && StartsWith(it->first, prefix);) {
+    listedNames_ -= it->second.size();
+    it = listed_.erase(it);
+  }
+}
+
+uint64_t MetaTable::listedDirCount() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return listed_.size();
+}
+
+uint64_t MetaTable::listedNameCount() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return listedNames_;
+}
+
+MetaTable::Lookup MetaTable::LookupCached(uint64_t parent, const char* name, size_t nameBytes, uint64_t* id, CachedAttr* attr) {
+  // Over 255 bytes: JS refuses it (ENAMETOOLONG), as a local filesystem does.
+  if (nameBytes == 0 || nameBytes > kNameMaxBytes || memchr(name, '/', nameBytes) != nullptr || (nameBytes == 1 && name[0] == '.') ||
       (nameBytes == 2 && name[0] == '.' && name[1] == '.')) {
-    return false;  // JS answers (and refuses) these
+    return Lookup::kMiss;  // JS answers (and refuses) these
   }
   std::lock_guard<std::mutex> lock(mutex_);
   auto p = byId_.find(parent);
   if (p == byId_.end() || p->second.detached) {
     stats_.lookupMisses++;
-    return false;
+    return Lookup::kMiss;
   }
   std::string child = p->second.path == "/" ? "/" : p->second.path + "/";
   child.append(name, nameBytes);
   auto a = attrs_.find(child);
+  if (a == attrs_.end()) {
+    auto l = listed_.find(p->second.path);
+    if (l != listed_.end() && Ascii(name, nameBytes) && l->second.count(std::string(name, nameBytes)) == 0) {
+      stats_.lookupAbsent++;
+      return Lookup::kAbsent;
+    }
+  }
   if (a == attrs_.end() || RememberLocked(child, id) != Status::kOk) {
     stats_.lookupMisses++;
-    return false;
+    return Lookup::kMiss;
   }
   *attr = a->second;
   stats_.lookupHits++;
-  return true;
+  return Lookup::kHit;
 }
 
 bool MetaTable::AttrOf(uint64_t id, CachedAttr* attr) {

@@ -16,6 +16,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "../core/status.h"
 
@@ -25,6 +27,8 @@ constexpr uint64_t kRootNodeId = 1;
 constexpr size_t kFuseAttrBytes = 88;  // struct fuse_attr
 // Node ids at or past this are refused (JS holds them as numbers, exactly).
 constexpr uint64_t kNodeIdMax = (uint64_t{1} << 53) - 1;
+// A name component's limit (NAME_MAX); JS refuses longer ones with ENAMETOOLONG.
+constexpr size_t kNameMaxBytes = 255;
 
 // One cached path: its struct fuse_attr as JS encoded it (ino included: the filesystem's own inode
 // number, not the node id), and for a file whose committed block is in the DRAM arena, that block's
@@ -38,7 +42,7 @@ struct CachedAttr {
 
 class MetaTable {
  public:
-  MetaTable(uint64_t nodesMax, uint64_t attrsMax);
+  MetaTable(uint64_t nodesMax, uint64_t attrsMax, uint64_t listedNamesMax = 0);
   MetaTable(const MetaTable&) = delete;
   MetaTable& operator=(const MetaTable&) = delete;
 
@@ -65,10 +69,27 @@ class MetaTable {
   void InvalidateAll();
   uint64_t attrCount();
 
+  // ---- directory listings: LOOKUP of a name that is not there, answered here ----
+  // A directory's every entry name, where JS alone changes the directory (one node, no shared
+  // namespace). JS tells every entry added or removed before it answers the request that made the
+  // change, so the listing is exact whenever a worker reads it; the kernel holds a directory's lock
+  // over a create, unlink or rename in it, so a LOOKUP never races the change it would see.
+  // List: false (nothing kept) past listedNamesMax names in all.
+  bool List(const std::string& dir, const std::vector<std::string>& names);
+  // No-ops for a directory not listed. An add past listedNamesMax drops that directory's listing.
+  void ListAdd(const std::string& dir, const std::string& name);
+  void ListRemove(const std::string& dir, const std::string& name);
+  // Forget the listing of dir (and, with subtree, of every directory under it): moved or removed.
+  void Unlist(const std::string& dir, bool subtree);
+  uint64_t listedDirCount();
+  uint64_t listedNameCount();
+
   // ---- the workers' fast paths ----
-  // LOOKUP of name in directory parent: on a cache hit, remembers the child (as Remember) and fills
-  // id and attr. False: not cached (or a name JS must judge), so the request goes to JS.
-  bool LookupCached(uint64_t parent, const char* name, size_t nameBytes, uint64_t* id, CachedAttr* attr);
+  enum class Lookup { kMiss, kHit, kAbsent };
+  // LOOKUP of name in directory parent. kHit: cached; remembers the child (as Remember) and fills id
+  // and attr. kAbsent: the parent is listed and the name is not in it (ENOENT). kMiss: not known (or a
+  // name JS must judge), so the request goes to JS.
+  Lookup LookupCached(uint64_t parent, const char* name, size_t nameBytes, uint64_t* id, CachedAttr* attr);
   // GETATTR/OPEN of node id: its cached attributes, unless it is detached or not cached.
   bool AttrOf(uint64_t id, CachedAttr* attr);
   bool IsDetached(uint64_t id);
@@ -78,7 +99,7 @@ class MetaTable {
   bool HasJsOpens(uint64_t id);
 
   struct Stats {
-    uint64_t lookupHits = 0, lookupMisses = 0, attrHits = 0, attrMisses = 0, publishes = 0, refusedPublishes = 0,
+    uint64_t lookupHits = 0, lookupMisses = 0, lookupAbsent = 0, attrHits = 0, attrMisses = 0, publishes = 0, refusedPublishes = 0,
              invalidations = 0;
   };
   Stats stats();
@@ -102,6 +123,10 @@ class MetaTable {
   uint64_t nextId_ = kRootNodeId + 1;
   // Ordered, so a directory's subtree is one range ("/a/" .. "/a0": '0' follows '/').
   std::map<std::string, CachedAttr> attrs_;
+  // Ordered by directory, so a subtree is one range, as attrs_.
+  const uint64_t listedNamesMax_;
+  std::map<std::string, std::unordered_set<std::string>> listed_;
+  uint64_t listedNames_ = 0;
   uint64_t generation_ = 1;
   Stats stats_;
 };

@@ -194,6 +194,10 @@ void Session::Unmount() {
   // A worker blocked in read() returns EINTR on the signal and sees stopping_. One may be between its
   // check and its read when a signal comes, so signal until every worker has left its loop.
   while (exitedWorkers_.load() < workers_.size()) {
+    {
+      std::lock_guard<std::mutex> lock(poolMutex_);  // a parked worker sees stopping_ once woken
+    }
+    poolCv_.notify_all();
     for (auto& t : workers_) pthread_kill(t.native_handle(), WakeSignal());
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -218,8 +222,23 @@ void Session::Worker() {
   sigaddset(&wake, WakeSignal());
   pthread_sigmask(SIG_UNBLOCK, &wake, nullptr);
   std::unique_ptr<uint8_t[]> buffer(new uint8_t[bufferBytes_]);
+  // One reader at a time: the worker that answered a request reads the next one itself unless another
+  // is already reading, so a stream of small requests (stat, lookups, creates) is served by one
+  // thread, on one CPU. With every worker blocked in read(), the kernel woke them in turn (its queue
+  // is first in, first out), each on the CPU it last ran on: on 2 cores 5,000 migrations and as many
+  // cross-CPU wakeups per 12,000 uncached stats, 25 us each instead of 16 us.
   while (!stopping_.load()) {
+    {
+      std::unique_lock<std::mutex> lock(poolMutex_);
+      poolCv_.wait(lock, [this] { return stopping_.load() || readers_ == 0; });
+      if (stopping_.load()) break;
+      readers_++;
+    }
     const ssize_t n = read(fd_, buffer.get(), bufferBytes_);
+    {
+      std::lock_guard<std::mutex> lock(poolMutex_);
+      readers_--;
+    }
     if (n < 0) {
       // EINTR: the stop signal (or another); ENOENT: interrupted before we read it; ENODEV: unmounted.
       if (errno == EINTR || errno == EAGAIN || errno == ENOENT) continue;
@@ -230,6 +249,16 @@ void Session::Worker() {
     Handle(buffer.get(), static_cast<size_t>(n));
   }
   exitedWorkers_.fetch_add(1);
+  // A worker that leaves (unmounted: ENODEV) lets the next one find out too.
+  poolCv_.notify_one();
+}
+
+void Session::HandOffReading() {
+  {
+    std::lock_guard<std::mutex> lock(poolMutex_);
+    if (readers_ > 0) return;  // someone reads already (or this is an io_uring queue thread)
+  }
+  poolCv_.notify_one();
 }
 
 void Session::Handle(uint8_t* message, size_t lengthBytes) {
@@ -259,6 +288,11 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
       if (ServeOpen(message, lengthBytes)) return;
       break;
     case FUSE_READ:
+      // Long enough that another worker should read meanwhile (concurrent readers of big blocks).
+      if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_read_in) &&
+          reinterpret_cast<const fuse_read_in*>(message + sizeof(fuse_in_header))->size >= kHandOffBytes) {
+        HandOffReading();
+      }
       if (ServeRead(message, lengthBytes)) return;
       if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_read_in) &&
           reinterpret_cast<const fuse_read_in*>(message + sizeof(fuse_in_header))->fh >= kNativeHandleBase) {
@@ -267,6 +301,7 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
       }
       break;
     case FUSE_WRITE:
+      if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_write_in) + kHandOffBytes) HandOffReading();
       if (ServeWrite(message, lengthBytes)) return;
       break;
     case FUSE_IOCTL:
@@ -312,7 +347,7 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
   if (opcode != FUSE_FORGET && opcode != FUSE_BATCH_FORGET && opcode != FUSE_INTERRUPT) {
     if (Uring* u = uring_.load(std::memory_order_acquire)) u->HandOff(unique);
   }
-  if (!forward_(std::vector<uint8_t>(message, message + lengthBytes))) {
+  if (!forward_(std::vector<uint8_t>(message, message + lengthBytes), [this] { HandOffReading(); })) {
     if (opcode != FUSE_FORGET && opcode != FUSE_BATCH_FORGET && opcode != FUSE_INTERRUPT) ReplyError(unique, EIO);
   }
 }
@@ -487,7 +522,18 @@ bool Session::ServeLookup(const uint8_t* message, size_t lengthBytes) {
   const size_t nameBytes = static_cast<const char*>(nul) - name;
   uint64_t id;
   CachedAttr a;
-  if (!options_.meta->LookupCached(hdr->nodeid, name, nameBytes, &id, &a)) return false;
+  switch (options_.meta->LookupCached(hdr->nodeid, name, nameBytes, &id, &a)) {
+    case MetaTable::Lookup::kMiss:
+      return false;
+    case MetaTable::Lookup::kAbsent:
+      // As JS answers it: an error, no negative entry kept by the kernel (the next create asks again).
+      ReplyError(hdr->unique, ENOENT);
+      servedLookups_.fetch_add(1, std::memory_order_relaxed);
+      servedAbsentLookups_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    case MetaTable::Lookup::kHit:
+      break;
+  }
   fuse_entry_out out{};
   out.nodeid = id;
   out.generation = 0;  // node ids are never reused while mounted
@@ -827,6 +873,7 @@ SessionStats Session::stats() const {
   s.servedWriteBytes = servedWriteBytes_.load();
   s.replyErrors = replyErrors_.load();
   s.servedLookups = servedLookups_.load();
+  s.servedAbsentLookups = servedAbsentLookups_.load();
   s.servedGetattrs = servedGetattrs_.load();
   s.servedForgets = servedForgets_.load();
   s.servedOpens = servedOpens_.load();

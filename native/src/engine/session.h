@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,6 +48,10 @@ constexpr size_t kTouchedMax = 1 << 16;           // arena blocks opened nativel
 // Stopping interrupts the workers' blocking reads with SIGRTMIN + this (a no-op handler, no SA_RESTART;
 // glibc keeps the first real-time signals below SIGRTMIN, and Node and libuv use none of these).
 constexpr int kWakeSignalOffset = 7;
+// A READ or WRITE of this many bytes or more takes long enough (a copy of tens of microseconds) that a
+// parked worker is woken to read the next request meanwhile; smaller requests are answered by the
+// worker that read them before it reads again.
+constexpr uint32_t kHandOffBytes = 128 * 1024;
 
 struct SessionOptions {
   std::string mountpoint;
@@ -100,6 +105,8 @@ struct SessionStats {
   uint64_t servedWriteBytes = 0;
   uint64_t replyErrors = 0;
   uint64_t servedLookups = 0;
+  // Of those, names not in a listed directory (ENOENT).
+  uint64_t servedAbsentLookups = 0;
   uint64_t servedGetattrs = 0;
   uint64_t servedForgets = 0;
   uint64_t servedOpens = 0;
@@ -120,7 +127,8 @@ class Session {
  public:
   // A request the engine does not answer itself: the whole message (fuse_in_header first). Returns
   // false if the embedder is shutting down (the engine then answers EIO where an answer is due).
-  using Forward = std::function<bool(std::vector<uint8_t>&& request)>;
+  // Hands a request to JS; calls beforeWaiting first where it must wait for room in JS's queue.
+  using Forward = std::function<bool(std::vector<uint8_t>&& request, const std::function<void()>& beforeWaiting)>;
   // Called once, on a worker, when INIT is answered (ok) or failed (not ok, with why).
   using OnInit = std::function<void(bool ok, const std::string& why)>;
 
@@ -163,6 +171,8 @@ class Session {
  private:
   Session(const SessionOptions& options, Forward forward, OnInit onInit);
   void Worker();
+  // A worker about to spend long on one request lets a parked worker take over reading /dev/fuse.
+  void HandOffReading();
   static int WakeSignal();
   static void InstallWakeHandler();
   void Handle(uint8_t* message, size_t lengthBytes);
@@ -192,6 +202,11 @@ class Session {
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
   std::atomic<size_t> exitedWorkers_{0};  // workers that left their loop (Unmount signals until all did)
+  // At most one worker waits in read(); the others park here until it takes a long request (see
+  // Worker). readers_: workers in (or about to enter) read().
+  std::mutex poolMutex_;
+  std::condition_variable poolCv_;
+  unsigned readers_ = 0;
   std::atomic<bool> unmounted_{false};
   size_t bufferBytes_ = 0;
   // Set once, after INIT, by the worker that answered it; read by every replier.
@@ -227,7 +242,7 @@ class Session {
   Negotiated negotiated_;
 
   std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0},
-      servedLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0};
+      servedLookups_{0}, servedAbsentLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0};
 };
 
 }  // namespace cascade::engine
