@@ -222,15 +222,20 @@ void Session::Worker() {
   sigaddset(&wake, WakeSignal());
   pthread_sigmask(SIG_UNBLOCK, &wake, nullptr);
   std::unique_ptr<uint8_t[]> buffer(new uint8_t[bufferBytes_]);
-  // One reader at a time: the worker that answered a request reads the next one itself unless another
-  // is already reading, so a stream of small requests (stat, lookups, creates) is served by one
-  // thread, on one CPU. With every worker blocked in read(), the kernel woke them in turn (its queue
-  // is first in, first out), each on the CPU it last ran on: on 2 cores 5,000 migrations and as many
-  // cross-CPU wakeups per 12,000 uncached stats, 25 us each instead of 16 us.
+  // A quiet stream of small requests, one reader: a worker that answered a small request while no
+  // other worker was busy reads the next one itself unless another worker is already reading, so a
+  // serial stream (stat, lookups, creates of one process) is served by one thread on one CPU. With
+  // every worker blocked in read(), the kernel woke them in turn (its queue is first in, first out),
+  // each on the CPU it last ran on: on 2 cores 5,000 migrations and as many cross-CPU wakeups per
+  // 12,000 uncached stats, 25 us each instead of 16 us. Otherwise (a long request, or others busy:
+  // concurrent clients, or any long request in the last kQuietNs: readers of big blocks) a worker reads
+  // again at once, as every worker did before: parked workers cost readers of big blocks in parallel
+  // up to half their rate here (each long request then woke one).
+  bool park = true;
   while (!stopping_.load()) {
     {
       std::unique_lock<std::mutex> lock(poolMutex_);
-      poolCv_.wait(lock, [this] { return stopping_.load() || readers_ == 0; });
+      if (park) poolCv_.wait(lock, [this] { return stopping_.load() || readers_ == 0; });
       if (stopping_.load()) break;
       readers_++;
     }
@@ -239,6 +244,7 @@ void Session::Worker() {
       std::lock_guard<std::mutex> lock(poolMutex_);
       readers_--;
     }
+    park = true;
     if (n < 0) {
       // EINTR: the stop signal (or another); ENOENT: interrupted before we read it; ENODEV: unmounted.
       if (errno == EINTR || errno == EAGAIN || errno == ENOENT) continue;
@@ -246,11 +252,29 @@ void Session::Worker() {
     }
     if (static_cast<size_t>(n) < sizeof(fuse_in_header)) continue;
     requests_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t nowNs = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    const bool longRequest = LongRequest(buffer.get(), static_cast<size_t>(n));
+    if (longRequest) {
+      lastLongNs_.store(nowNs, std::memory_order_relaxed);
+      HandOffReading();  // someone reads the next request while this one is copied
+    }
+    const unsigned othersBusy = busy_.fetch_add(1, std::memory_order_relaxed);
     Handle(buffer.get(), static_cast<size_t>(n));
+    busy_.fetch_sub(1, std::memory_order_relaxed);
+    park = !longRequest && othersBusy == 0 && nowNs - lastLongNs_.load(std::memory_order_relaxed) > kQuietNs;
   }
   exitedWorkers_.fetch_add(1);
   // A worker that leaves (unmounted: ENODEV) lets the next one find out too.
   poolCv_.notify_one();
+}
+
+bool Session::LongRequest(const uint8_t* message, size_t lengthBytes) {
+  const uint32_t opcode = reinterpret_cast<const fuse_in_header*>(message)->opcode;
+  if (opcode == FUSE_READ) {
+    return lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_read_in) &&
+           reinterpret_cast<const fuse_read_in*>(message + sizeof(fuse_in_header))->size >= kHandOffBytes;
+  }
+  return opcode == FUSE_WRITE && lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_write_in) + kHandOffBytes;
 }
 
 void Session::HandOffReading() {
@@ -288,11 +312,6 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
       if (ServeOpen(message, lengthBytes)) return;
       break;
     case FUSE_READ:
-      // Long enough that another worker should read meanwhile (concurrent readers of big blocks).
-      if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_read_in) &&
-          reinterpret_cast<const fuse_read_in*>(message + sizeof(fuse_in_header))->size >= kHandOffBytes) {
-        HandOffReading();
-      }
       if (ServeRead(message, lengthBytes)) return;
       if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_read_in) &&
           reinterpret_cast<const fuse_read_in*>(message + sizeof(fuse_in_header))->fh >= kNativeHandleBase) {
@@ -301,7 +320,6 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
       }
       break;
     case FUSE_WRITE:
-      if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_write_in) + kHandOffBytes) HandOffReading();
       if (ServeWrite(message, lengthBytes)) return;
       break;
     case FUSE_IOCTL:

@@ -52,6 +52,8 @@ constexpr int kWakeSignalOffset = 7;
 // parked worker is woken to read the next request meanwhile; smaller requests are answered by the
 // worker that read them before it reads again.
 constexpr uint32_t kHandOffBytes = 128 * 1024;
+// Workers park after small requests only when no long request came for this long (Worker).
+constexpr int64_t kQuietNs = 50'000'000;
 
 struct SessionOptions {
   std::string mountpoint;
@@ -171,6 +173,8 @@ class Session {
  private:
   Session(const SessionOptions& options, Forward forward, OnInit onInit);
   void Worker();
+  // A READ or WRITE of kHandOffBytes or more (Worker).
+  static bool LongRequest(const uint8_t* message, size_t lengthBytes);
   // A worker about to spend long on one request lets a parked worker take over reading /dev/fuse.
   void HandOffReading();
   static int WakeSignal();
@@ -207,6 +211,8 @@ class Session {
   std::mutex poolMutex_;
   std::condition_variable poolCv_;
   unsigned readers_ = 0;
+  std::atomic<unsigned> busy_{0};  // workers handling a request
+  std::atomic<int64_t> lastLongNs_{0};  // steady clock of the last long request (Worker)
   std::atomic<bool> unmounted_{false};
   size_t bufferBytes_ = 0;
   // Set once, after INIT, by the worker that answered it; read by every replier.
