@@ -66,6 +66,8 @@ export interface TrialArgsOf<S extends Suite> {
   iterations: number;
   /** Memory given to the system (capacity: --dram / maxmemory; full-cache: --dram); 0 elsewhere. */
   memoryBytes: number;
+  /** meta (peers) only: new files created in one directory, then listed, in one extra run; absent = none. */
+  createFiles?: number;
   /** Store suite only: the DRAM tier's huge-page setting; absent = the store's default. */
   dramHugePages?: boolean;
   /** A directory the runner made for this trial and removes after it (even if the trial crashes). */
@@ -111,7 +113,7 @@ const SIZELESS = new Set(['meta']);
 export function parseTrialArgs(text: string): TrialArgs {
   const v: unknown = JSON.parse(text);
   if (!isRecord(v)) throw new Error('trial args: expected a JSON object');
-  const { suite, workload, system, blockBytes, warmups, runs, blocks, readers, iterations, memoryBytes, dramHugePages, scratchDir } = v;
+  const { suite, workload, system, blockBytes, warmups, runs, blocks, readers, iterations, memoryBytes, dramHugePages, createFiles, scratchDir } = v;
   if (!isSuite(suite)) throw new Error(`trial args: unknown suite ${String(suite)}`);
   if (!isWorkloadOf(suite, workload)) throw new Error(`trial args: suite ${suite} has no workload ${String(workload)}`);
   if (!isSystemOf(suite, system)) throw new Error(`trial args: suite ${suite} has no system ${String(system)}`);
@@ -120,9 +122,10 @@ export function parseTrialArgs(text: string): TrialArgs {
   if (!isCount(blocks) || blocks === 0 || !isCount(readers) || readers === 0) throw new Error('trial args: blocks and readers must be >= 1');
   if (!isCount(iterations) || !isCount(memoryBytes)) throw new Error('trial args: iterations and memoryBytes must be counts');
   if (dramHugePages !== undefined && (typeof dramHugePages !== 'boolean' || suite !== 'store')) throw new Error('trial args: dramHugePages is a boolean of the store suite');
+  if (createFiles !== undefined && (!isCount(createFiles) || workload !== 'meta')) throw new Error('trial args: createFiles is a count of the meta workload');
   if (typeof scratchDir !== 'string' || scratchDir.length === 0) throw new Error('trial args: scratchDir is required');
   const args = { suite, workload, system, blockBytes, warmups, runs, blocks, readers, iterations, memoryBytes, scratchDir } as TrialArgs;
-  return dramHugePages === undefined ? args : { ...args, dramHugePages };
+  return { ...args, ...(dramHugePages === undefined ? {} : { dramHugePages }), ...(createFiles === undefined ? {} : { createFiles }) } as TrialArgs;
 }
 
 export function parseTrialResult(line: string): TrialResult {

@@ -97,6 +97,12 @@ export interface PeerSystem {
   expireMetadataCaches(): Promise<void>;
   /** The size of every key, timed as one pass; null where the system has no such operation. */
   statAll(keys: string[], sizeBytes: number): Promise<{ timeMs: number; ok: boolean } | null>;
+  /**
+   * One process (python3) creates `count` new files of `sizeBytes` in a fresh directory (open, one
+   * write, close: an inference engine's file backend), then, once the metadata caches expired, lists
+   * it with os.scandir + is_file() (SGLang's existence check). Null where the system has no files.
+   */
+  createAndScan(count: number, sizeBytes: number): Promise<{ createMs: number; scanMs: number; ok: boolean } | null>;
   /** `readers` concurrent readers, each reading every key `rounds` times. */
   concurrentRead(keys: string[], sizeBytes: number, readers: number, rounds: number, expectSha256: string): Promise<ConcurrentReadResult>;
   /**
@@ -304,6 +310,23 @@ interface FileSystemHooks {
   closeNowSync(): void;
 }
 
+/** createAndScan's python3: unique content per file (a counter in its first 8 bytes: no dedup). */
+const CREATE_AND_SCAN_PY = `
+import json, os, sys, time
+d, n, size, expire_ms = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+os.makedirs(d)
+data = os.urandom(size)
+t0 = time.perf_counter()
+for i in range(n):
+    with open(f"{d}/{i:08d}.bin", "wb") as f: f.write(i.to_bytes(8, "little") + data[8:])
+t1 = time.perf_counter()
+time.sleep(expire_ms / 1000)
+t2 = time.perf_counter()
+files = sum(1 for e in os.scandir(d) if e.is_file())
+t3 = time.perf_counter()
+print(json.dumps({"createMs": (t1 - t0) * 1000, "scanMs": (t3 - t2) * 1000, "files": files}))
+`;
+
 /** Plain synchronous file I/O from this process (1 MiB calls), as any program would use a filesystem. */
 function fileSystem(h: FileSystemHooks): PeerSystem {
   const file = (key: string) => keyFile(h.workDir, key);
@@ -363,6 +386,17 @@ function fileSystem(h: FileSystemHooks): PeerSystem {
       const t0 = clockMs();
       for (const n of names) ok = fs.statSync(n).size === sizeBytes && ok;
       return { timeMs: clockMs() - t0, ok };
+    },
+    async createAndScan(count, sizeBytes) {
+      const dir = path.join(h.workDir, `creates-${process.pid}-${Date.now()}`);
+      const r = spawnSync('python3', ['-c', CREATE_AND_SCAN_PY, dir, String(count), String(sizeBytes), h.fuse ? String(FUSE_CACHE_EXPIRY_MS) : '0'], {
+        encoding: 'utf8',
+        maxBuffer: 1 << 20,
+      });
+      if (r.status !== 0) throw new Error(`python3 create loop failed in ${dir}: ${r.stderr.trim().slice(-500)}`);
+      const out = JSON.parse(r.stdout.trim()) as { createMs: number; scanMs: number; files: number };
+      fs.rmSync(dir, { recursive: true, force: true }); // untimed
+      return { createMs: out.createMs, scanMs: out.scanMs, ok: out.files === count };
     },
     concurrentRead: (keys, sizeBytes, readers, rounds, expectSha256) =>
       workerReaders(
@@ -588,6 +622,7 @@ async function openCascadeMount(ctx: SystemContext, variant: CascadeVariant): Pr
       return clockMs() - t0;
     },
     statAll: async () => null,
+    createAndScan: async () => null,
     concurrentRead: (keys, sizeBytes, readers, rounds, expectSha256) =>
       workerReaders(
         Array.from({ length: readers }, () => ({ kind: 'cascade-client' as const, items: keys.map(rel), port: 0, sizeBytes, rounds, mountpoint: layout.mountDir })),
@@ -698,6 +733,7 @@ async function openRedis(ctx: SystemContext): Promise<PeerSystem> {
     },
     bytesStored: async () => ({ memoryBytes: await usedMemory(), diskBytes: 0, how: 'INFO memory used_memory' }),
     openClose: async () => null,
+    createAndScan: async () => null,
     expireMetadataCaches: async () => undefined,
     async statAll(keys, sizeBytes) {
       let ok = true;
@@ -881,6 +917,7 @@ async function openH5py(ctx: SystemContext): Promise<PeerSystem> {
       return num((await py.call({ op: 'openClose', names: keys, iterations })).timeMs, 'timeMs');
     },
     expireMetadataCaches: reopen,
+    createAndScan: async () => null,
     async statAll(keys, sizeBytes) {
       const r = await py.call({ op: 'stat', names: keys, sizeBytes });
       return { timeMs: num(r.timeMs, 'timeMs'), ok: r.ok === true };
@@ -921,6 +958,7 @@ async function openH5py(ctx: SystemContext): Promise<PeerSystem> {
 // ---- the list -------------------------------------------------------------------------------------
 
 const MEMORY_ONLY = 'memory only: no cold state (nothing on disk to read back)';
+const NO_FILE_CREATES = 'no files: the create loop and the directory listing are file-system operations';
 const NO_FILES = 'no files: nothing to open while another name is renamed over it (a GET of a key replaced by RENAME is atomic by construction)';
 const NO_FILE_RENAME = 'no file rename: the peer is one .h5 file open in one process; its datasets are not opened by path by other processes';
 const NO_EVICTION = 'no eviction: everything written stays in memory until it runs out (no capacity notion to compare)';
@@ -971,7 +1009,7 @@ export const SYSTEMS: SystemSpec[] = [
     role: 'peer',
     what: "redis-server on a loopback port (--save '' --appendonly no), ioredis over TCP, one value per block",
     notApplicable: { 'cold-read': MEMORY_ONLY, 'rename-race': NO_FILES },
-    figuresNotApplicable: { 'open+close': 'Redis has no open/close' },
+    figuresNotApplicable: { 'open+close': 'Redis has no open/close', create: NO_FILE_CREATES, scandir: NO_FILE_CREATES },
     open: openRedis,
   },
   {
@@ -979,6 +1017,7 @@ export const SYSTEMS: SystemSpec[] = [
     role: 'peer',
     what: 'h5py in a python3 child: one .h5 file (on a private tmpfs; on the disk for cold reads), one dataset per block',
     notApplicable: { capacity: NO_EVICTION, 'rename-race': NO_FILE_RENAME },
+    figuresNotApplicable: { create: NO_FILE_CREATES, scandir: NO_FILE_CREATES },
     open: openH5py,
   },
   {
@@ -1017,7 +1056,11 @@ export const SYSTEMS: SystemSpec[] = [
       'copy of the whole block from the shared arena into a reused, pre-touched buffer + release, all timed; SHA-256 after the timed region. ' +
       'Writes, setup and restarts through the mount; open+close = client open + release; no stat',
     notApplicable: { write: CLIENT_ONLY_READS, 'dup-write': CLIENT_ONLY_READS, 'rename-race': CLIENT_NO_RENAME_RACE },
-    figuresNotApplicable: { 'stat-uncached': 'the client has no stat (its open returns the size); a stat is the mount\'s: the `cascade` row' },
+    figuresNotApplicable: {
+      'stat-uncached': 'the client has no stat (its open returns the size); a stat is the mount\'s: the `cascade` row',
+      create: 'the client reads; files are created through the mount: the `cascade` row',
+      scandir: 'the client has no listing; a listing is the mount\'s: the `cascade` row',
+    },
     open: (ctx) => openCascadeMount(ctx, { engine: 'native', client: true }),
   },
 ];

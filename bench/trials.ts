@@ -257,6 +257,7 @@ export const PEER_SIZING = {
     capacityMemoryBytes: [256 * MiB, 512 * MiB, 1024 * MiB],
     metaBlocks: 2000,
     openCloseIterations: 10_000,
+    createFiles: 20_000, // issue 12's create and scandir rows
     renameRaceRuns: 5,
     renameRaceOpens: 20_000, // 100,000 counted opens
   },
@@ -269,6 +270,7 @@ export const PEER_SIZING = {
     capacityMemoryBytes: [128 * MiB, 256 * MiB],
     metaBlocks: 300,
     openCloseIterations: 3_000,
+    createFiles: 5_000,
     renameRaceRuns: 5,
     renameRaceOpens: 2_000, // 10,000 counted opens
   },
@@ -294,6 +296,9 @@ function peerGoals(workload: WorkloadOf<'peers'>, system: SystemOf<'peers'>, blo
   if (workload === 'meta') {
     g('open+close >= 3x bindfs', 'open+close', bindfs, 3);
     g('uncached stat >= 1.5x bindfs', 'stat-uncached', bindfs, 1.5);
+    g('creates of new 4 KiB files >= 3x bindfs', 'create', bindfs, 3);
+    // "time <= 2x tmpfs's", as entries/s.
+    g('scandir + is_file >= 0.5x tmpfs (time <= 2x)', 'scandir', limit, 0.5);
   }
   if (workload === 'hot-read' && (blockBytes === 2 * MiB || blockBytes === 64 * MiB)) g(`hot read ${sizeLabel(blockBytes)} >= 0.9x tmpfs`, 'read', limit, 0.9);
   if (workload === 'cold-read' && blockBytes === 64 * MiB) g('cold read 64 MiB >= 0.9x disk', 'read', limit, 0.9);
@@ -327,7 +332,7 @@ function peerTrials(quick: boolean): Table {
       z.blockSizes.forEach((b, i) => add('contention', b, { runs: z.runs.contention[i], blocks: z.contentionBlocks[i], readers: PEER_READERS, iterations: z.contentionRounds[i] })),
     capacity: () =>
       z.blockSizes.forEach((b, i) => add('capacity', b, { runs: z.runs.capacity, blocks: (CAPACITY_FACTOR * z.capacityMemoryBytes[i]) / b, memoryBytes: z.capacityMemoryBytes[i] })),
-    meta: () => add('meta', 0, { runs: z.runs.meta, blocks: z.metaBlocks, iterations: z.openCloseIterations }),
+    meta: () => add('meta', 0, { runs: z.runs.meta, blocks: z.metaBlocks, iterations: z.openCloseIterations, createFiles: z.createFiles }),
     'rename-race': () => add('rename-race', RENAME_RACE_BYTES, { runs: z.renameRaceRuns, blocks: 1, readers: PEER_READERS, iterations: z.renameRaceOpens }),
   };
   for (const w of SUITES.peers.workloads) perWorkload[w]();

@@ -288,9 +288,23 @@ async function meta(args: PeerTrialArgs, sys: PeerSystem): Promise<TrialOutput> 
     });
     figures.push(figure('stat-uncached', `size of each of ${names.length} blocks after every metadata cache expired (FUSE: 1.1 s; h5py: file reopened)`, 'ops/s', 0, names.length, statMs));
   }
+  // New files (one run: the count is the run), then their listing.
+  const createFiles = args.createFiles ?? 0;
+  const created = createFiles > 0 ? await sys.createAndScan(createFiles, META_FILE_BYTES) : null;
+  if (created !== null) {
+    figures.push(figure('create', `create + one write + close of ${createFiles} new ${META_FILE_BYTES}-byte files in one directory, one python3 process`, 'ops/s', 0, createFiles, [created.createMs]));
+    figures.push(figure('scandir', `os.scandir + is_file() over those ${createFiles} files (entries/s), metadata caches expired first`, 'ops/s', 0, createFiles, [created.scanMs]));
+  }
   return {
     figures,
-    checks: { sizesVerified: ok, blocks: names.length, openCloseNotApplicable: probe === null, statNotApplicable: statProbe === null, settleMs: Math.round(settleMs) },
+    checks: {
+      sizesVerified: ok,
+      blocks: names.length,
+      openCloseNotApplicable: probe === null,
+      statNotApplicable: statProbe === null,
+      settleMs: Math.round(settleMs),
+      ...(created !== null ? { createdFilesListed: created.ok } : {}),
+    },
   };
 }
 

@@ -86,6 +86,12 @@ describe('native engine: FUSE protocol codec (mount/fuse-proto)', () => {
     assert.equal(rest.readBigUInt64LE(8), 3n);
     assert.equal(P.packDirents(names, 0, 70).length, 64, 'only whole entries that fit');
     assert.equal(P.packDirents(names, 4, 4096).length, 0);
+    assert.equal(all.readBigUInt64LE(0), 0xffffffffn, 'ino: unknown (the kernel asks with LOOKUP)');
+    const utf8 = P.packDirents([{ name: 'ü-€', kind: 'file' }], 0, 4096);
+    assert.equal(utf8.readUInt32LE(16), Buffer.byteLength('ü-€'), 'namelen in bytes, not characters');
+    assert.equal(utf8.toString('utf8', 24, 24 + Buffer.byteLength('ü-€')), 'ü-€');
+    assert.equal(utf8.length, 32);
+    assert.ok(utf8.subarray(24 + Buffer.byteLength('ü-€')).equals(Buffer.alloc(32 - 24 - Buffer.byteLength('ü-€'))), 'zero padding');
   });
 });
 
