@@ -30,7 +30,7 @@ import { validateDirName, validateName, validateSha256 } from '../store/names';
 import type { DramHold, Store } from '../store/store';
 import { GpuLeases } from './gpu-leases';
 import { DirTree, split, type DirInfo } from './tree';
-import type { CascadeFsOps, DirEntry, DirWatcher, FileAttr, FsStatfs, Handle, SealedBlock, StableAttr, WriteStager } from './types';
+import type { CascadeFsOps, DirEntry, DirWatcher, FileAttr, ListedEntry, FsStatfs, Handle, SealedBlock, StableAttr, WriteStager } from './types';
 
 const S_IFDIR = 0o040000;
 /** The smallest JS staging buffer: a file written in 128 KiB pieces starts without a regrowth. */
@@ -371,8 +371,9 @@ export class CascadeFs implements CascadeFsOps {
       w === undefined
         ? undefined
         : {
-            added: (dir, name) => w.added(kvPath(dir), name),
-            removed: (dir, name) => w.removed(kvPath(dir), name),
+            added: (dir, name, kind) => w.added(kvPath(dir), name, kind),
+            // A name that leaves the tree while libfuse hides a file under it is still found by lookup.
+            removed: (dir, name) => (this.hidden.has(dir === '' ? name : `${dir}/${name}`) ? w.added(kvPath(dir), name, 'hidden') : w.removed(kvPath(dir), name)),
             gone: (rel) => w.gone(kvPath(rel)),
           },
     );
@@ -389,13 +390,13 @@ export class CascadeFs implements CascadeFsOps {
     }
   }
 
-  dirEntryNames(path: string): string[] | undefined {
+  dirListing(path: string): ListedEntry[] | undefined {
     const p = this.parseLocal(path);
     if (p === undefined || p.kind !== 'kv' || this.tree.kindOf(p.rel) !== 'dir') return undefined;
-    const names = [...this.tree.children(p.rel).keys()];
+    const entries: ListedEntry[] = [...this.tree.children(p.rel)].map(([name, kind]) => ({ name, kind }));
     // Names libfuse hid there are not in the tree but are found by lookup.
-    for (const h of this.hidden.keys()) if (split(h).parent === p.rel) names.push(split(h).base);
-    return names;
+    for (const h of this.hidden.keys()) if (split(h).parent === p.rel) entries.push({ name: split(h).base, kind: 'hidden' });
+    return entries;
   }
 
   /** The hidden-name table, told to the directory watcher (a lookup finds these names). */
@@ -403,7 +404,7 @@ export class CascadeFs implements CascadeFsOps {
     const had = this.hidden.has(rel);
     this.hidden.set(rel, entry);
     const { parent, base } = split(rel);
-    if (!had && this.tree.kindOf(rel) === undefined) this.dirWatcher?.added(kvPath(parent), base);
+    if (!had && this.tree.kindOf(rel) === undefined) this.dirWatcher?.added(kvPath(parent), base, 'hidden');
   }
 
   private deleteHidden(rel: string): void {

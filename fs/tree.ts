@@ -25,7 +25,7 @@ export interface DirInfo {
  * Paths are store-relative, as everywhere here.
  */
 export interface TreeWatcher {
-  added(dir: string, name: string): void;
+  added(dir: string, name: string, kind: EntryKind): void;
   removed(dir: string, name: string): void;
   /** `rel` and every directory under it are no longer at those paths (removed, or moved away). */
   gone(rel: string): void;
@@ -104,7 +104,7 @@ export class DirTree {
     p.set(base, 'dir');
     this.newDir(rel, ino);
     this.changed(parent);
-    this.watcher?.added(parent, base);
+    this.watcher?.added(parent, base, 'dir');
   }
 
   /** A file under an existing directory (create); EISDIR over a directory. */
@@ -116,7 +116,7 @@ export class DirTree {
     if (p.has(base)) return;
     p.set(base, 'file');
     this.changed(parent);
-    this.watcher?.added(parent, base);
+    this.watcher?.added(parent, base, 'file');
   }
 
   /** How many directories addNameWithParents(rel) would make. */
@@ -135,7 +135,7 @@ export class DirTree {
       if (!this.dirs.has(next)) {
         this.dirs.get(cur)!.set(parts[i], 'dir');
         this.newDir(next, takeIno());
-        this.watcher?.added(cur, parts[i]);
+        this.watcher?.added(cur, parts[i], 'dir');
       }
       cur = next;
     }
@@ -143,7 +143,7 @@ export class DirTree {
     const base = parts[parts.length - 1];
     const had = d.has(base);
     d.set(base, 'file');
-    if (!had) this.watcher?.added(cur, base);
+    if (!had) this.watcher?.added(cur, base, 'file');
   }
 
   removeFile(rel: string): void {
@@ -166,7 +166,7 @@ export class DirTree {
         p.set(part, 'dir');
         this.newDir(next, takeIno());
         this.changed(cur);
-        this.watcher?.added(cur, part);
+        this.watcher?.added(cur, part, 'dir');
       }
       cur = next;
     }
@@ -181,7 +181,7 @@ export class DirTree {
     if (p.get(base) === 'dir') throw new CascadeError('EISDIR', `/kv/${dst} is a directory`);
     p.set(base, 'file');
     this.changed(parent);
-    this.watcher?.added(parent, base);
+    this.watcher?.added(parent, base, 'file');
   }
 
   removeDir(rel: string): void {
@@ -217,7 +217,7 @@ export class DirTree {
     // A moved directory's ctime moves too (its '..' entry changed).
     this.infos.get(to)!.ctimeMs = this.nowMs();
     this.watcher?.removed(fp, fb);
-    this.watcher?.added(parent, base);
+    this.watcher?.added(parent, base, 'dir');
     this.watcher?.gone(from);
     this.watcher?.gone(to);
   }

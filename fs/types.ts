@@ -136,8 +136,8 @@ export interface CascadeFsOps {
    * change elsewhere (a shared namespace): then nothing is told and nothing may be listed. Optional.
    */
   watchDirs?(w: DirWatcher | undefined): boolean;
-  /** Every entry name of a /kv directory now (for a listing kept by watchDirs), or undefined. */
-  dirEntryNames?(path: string): string[] | undefined;
+  /** Every entry of a /kv directory now (for a listing kept by watchDirs), or undefined. */
+  dirListing?(path: string): ListedEntry[] | undefined;
   /** Make everything written durable (fsync of a read handle an engine opened by itself). Optional. */
   syncAll?(): Promise<void>;
   /** Blocks an engine opened by their arena handle, bypassing open(): hits and recent uses. Optional. */
@@ -146,9 +146,18 @@ export interface CascadeFsOps {
   close(): Promise<void>;
 }
 
+/**
+ * An entry of a directory listing (CascadeFsOps.dirListing): `hidden` is a name lookup finds but
+ * readdir does not list (a file libfuse hid while open).
+ */
+export interface ListedEntry {
+  name: string;
+  kind: 'file' | 'dir' | 'hidden';
+}
+
 /** See CascadeFsOps.watchDirs. */
 export interface DirWatcher {
-  added(dir: string, name: string): void;
+  added(dir: string, name: string, kind: ListedEntry['kind']): void;
   removed(dir: string, name: string): void;
   /** `dir` and every directory under it are no longer at those paths. */
   gone(dir: string): void;

@@ -212,12 +212,16 @@ export interface NativeMetaTableBinding {
   invalidate(path: string, subtree: boolean): void;
   invalidateAll(): void;
   /**
-   * Keep every entry name of directory `dir` (one JS alone changes): a LOOKUP of a name not in it is
-   * then answered ENOENT in C++. False (nothing kept) past the table's listedNamesMax names in all.
+   * Keep every entry name of directory `dir` (one JS alone changes), each with its type (as listAdd):
+   * a LOOKUP of a name not in it is then answered ENOENT in C++, and OPENDIR/READDIR from it. False (nothing kept) past the table's listedNamesMax names in all.
    * The caller keeps it exact with listAdd/listRemove before answering each change, and unlist.
    */
-  list(dir: string, names: string[]): boolean;
-  listAdd(dir: string, name: string): void;
+  list(dir: string, names: string[], types: Uint8Array): boolean;
+  /**
+   * type: 8 a file, 4 a directory (READDIR's d_type), 0 a name LOOKUP finds but READDIR skips. False
+   * when the table was full and dropped dir's listing (no-op and true for a directory not listed).
+   */
+  listAdd(dir: string, name: string, type: number): boolean;
   listRemove(dir: string, name: string): void;
   /** Forget dir's listing (subtree: and those of every directory under it). */
   unlist(dir: string, subtree: boolean): void;
@@ -294,6 +298,9 @@ export interface FuseSessionStats {
   servedForgets: number;
   servedOpens: number;
   servedReleases: number;
+  /** Directories opened, and READDIRs answered, from the table's listings. */
+  servedOpendirs: number;
+  servedReaddirs: number;
   /** Read-only opens answered in C++ that are open now. */
   nativeOpens: number;
   /** Native opens the store's recency never heard of (its list was full). */

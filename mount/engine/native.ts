@@ -133,6 +133,8 @@ export const ATTRS_MAX = 256 * 1024;
  * it, a directory is not listed (or stops being) and its negative lookups go to JS.
  */
 export const LISTED_NAMES_MAX = 1024 * 1024;
+/** Listing types as the C++ table keeps them: READDIR's d_type, 0 for a name READDIR skips. */
+const LIST_TYPE = { file: P.DT.REG, dir: P.DT.DIR, hidden: 0 } as const;
 /** File handles of opens the C++ workers answered start here (native/src/engine/session.h). */
 export const NATIVE_HANDLE_BASE = 2 ** 40;
 
@@ -327,7 +329,7 @@ export class NativeFuseEngine {
       throw new CascadeError('EIO', `cannot mount ${mnt} with the native engine: ${r.why}`);
     }
     engine.arena = session.negotiated().arena;
-    if (engine.caching && fsOps.dirEntryNames !== undefined) engine.watching = fsOps.watchDirs?.(engine.dirWatcher()) === true;
+    if (engine.caching && fsOps.dirListing !== undefined) engine.watching = fsOps.watchDirs?.(engine.dirWatcher()) === true;
     // Native opens are hits the store counts, and recent uses its eviction must see.
     engine.touchTimer = setInterval(() => engine.drainTouched(), TOUCH_DRAIN_MS);
     engine.touchTimer.unref();
@@ -404,12 +406,17 @@ export class NativeFuseEngine {
 
   private async detach(): Promise<void> {
     if (this.touchTimer !== undefined) clearInterval(this.touchTimer);
-    if (this.watching) this.fsOps.watchDirs?.(undefined);
     this.drainTouched();
     if (mountEntry(this.mountpoint)) await fusermountUnmount(this.mountpoint).catch((e: unknown) => this.log(`unmount: ${(e as Error).message}`));
     // Staged bytes live in the session's stager: into the filesystem's memory before it goes.
     if (this.staging) await this.fsOps.detachStager?.().catch((e: unknown) => this.log(`unmount: ${(e as Error).message}`));
     this.session?.unmount();
+    // Only now: a lazy unmount leaves the mount serving processes still inside it until here, and the
+    // C++ listings must follow every change while anything is served from them.
+    if (this.watching) {
+      this.watching = false;
+      this.fsOps.watchDirs?.(undefined);
+    }
     for (const h of this.holds.values()) h.release();
     this.holds.clear();
     this.dirs.clear();
@@ -542,8 +549,9 @@ export class NativeFuseEngine {
       this.dirsToPublish.add(dir);
     };
     return {
-      added: (dir, name) => {
-        if (this.listed.has(dir)) native.listAdd(dir, name);
+      added: (dir, name, kind) => {
+        // False: the table is full and dropped the listing (lookups there go to JS; it may list it again).
+        if (this.listed.has(dir) && !native.listAdd(dir, name, LIST_TYPE[kind])) this.listed.delete(dir);
         changed(dir);
       },
       removed: (dir, name) => {
@@ -563,13 +571,17 @@ export class NativeFuseEngine {
     this.dirsToPublish.clear();
   }
 
-  /** After JS found no `name` in `dir`: list dir, so the next such lookup is answered in C++. */
-  private listAfterMiss(dir: string): void {
+  /**
+   * After JS found no name in `dir`, or opened it: list dir, so the next lookup of a name that is not
+   * there, and the next opendir and readdir, are answered in C++.
+   */
+  private listDir(dir: string): void {
     if (!this.watching || this.listed.has(dir)) return;
-    const names = this.fsOps.dirEntryNames!(dir);
-    if (names === undefined) return;
+    const entries = this.fsOps.dirListing!(dir);
+    if (entries === undefined) return;
     try {
-      if (this.nodes.native.list(dir, names)) this.listed.add(dir);
+      const types = Uint8Array.from(entries, (e) => LIST_TYPE[e.kind]);
+      if (this.nodes.native.list(dir, entries.map((e) => e.name), types)) this.listed.add(dir);
     } catch (e) {
       this.log(`listing ${dir} for the C++ workers: ${(e as Error).message}`); // a name C++ would refuse
     }
@@ -608,7 +620,7 @@ export class NativeFuseEngine {
         try {
           return await this.entry(childPath(parent, r.name()));
         } catch (e) {
-          if (isCascadeError(e, 'ENOENT') && !this.nodes.isDetached(hdr.nodeid)) this.listAfterMiss(parent);
+          if (isCascadeError(e, 'ENOENT') && !this.nodes.isDetached(hdr.nodeid)) this.listDir(parent);
           throw e;
         }
       }
@@ -798,7 +810,10 @@ export class NativeFuseEngine {
       }
       case P.Op.OPENDIR: {
         if (this.dirs.size >= OPEN_DIRS_MAX) throw new CascadeError('EMFILE', `${this.dirs.size} directories are open, the limit`);
-        const entries = await f.readdir(this.nodes.pathOf(hdr.nodeid));
+        const dirPath = this.nodes.pathOf(hdr.nodeid);
+        const entries = await f.readdir(dirPath);
+        // The next opendir of it is answered in C++ (a directory listed since then already was).
+        if (!this.nodes.isDetached(hdr.nodeid)) this.listDir(dirPath);
         const dh = this.nextDir++;
         const dot = (name: string): DirEntry => ({ name, kind: 'dir' });
         this.dirs.set(dh, [dot('.'), dot('..'), ...entries.filter((e) => e.name !== '.' && e.name !== '..')]);

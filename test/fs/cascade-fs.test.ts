@@ -564,11 +564,14 @@ describe('CascadeFs (no kernel)', function () {
   it('tells a directory watcher every entry added and removed, so a listing kept from it stays exact (the native engine\'s negative lookups)', async () => {
     const listings = new Map<string, Set<string>>();
     const changed: string[] = [];
-    const list = (dir: string) => listings.set(dir, new Set(fs.dirEntryNames(dir)));
+    const names = (dir: string) => fs.dirListing(dir)?.map((e) => e.name);
+    const kinds = new Map<string, string>();
+    const list = (dir: string) => listings.set(dir, new Set(names(dir)));
     assert.equal(
       fs.watchDirs({
-        added: (dir, name) => {
+        added: (dir, name, kind) => {
           listings.get(dir)?.add(name);
+          kinds.set(`${dir}/${name}`, kind);
           changed.push(dir);
         },
         removed: (dir, name) => {
@@ -599,19 +602,35 @@ describe('CascadeFs (no kernel)', function () {
     const reader = await fs.open('/kv/m/never', O_RDONLY);
     await fs.rename('/kv/m/never', '/kv/m/.fuse_hidden0000000c00000003');
     assert.ok(listings.get('/kv/m')!.has('.fuse_hidden0000000c00000003'));
+    assert.equal(kinds.get('/kv/m/.fuse_hidden0000000c00000003'), 'hidden', 'found by lookup, not listed by readdir');
+    assert.deepEqual(fs.dirListing('/kv/m')!.find((e) => e.name === '.fuse_hidden0000000c00000003')?.kind, 'hidden');
     await fs.release(reader);
     await fs.unlink('/kv/m/.fuse_hidden0000000c00000003');
     assert.ok(!listings.get('/kv/m')!.has('.fuse_hidden0000000c00000003'));
+    // A hidden name a directory already had: listed as that directory, then as hidden once it goes.
+    await fs.mkdir('/kv/m/.fuse_hidden00bb', 0o755);
+    await writeFile(fs, '/kv/m/h2', Buffer.from('h'));
+    const reader2 = await fs.open('/kv/m/h2', O_RDONLY);
+    await fs.rename('/kv/m/h2', '/kv/m/.fuse_hidden00bb');
+    await fs.rmdir('/kv/m/.fuse_hidden00bb');
+    assert.equal((await fs.getattr('/kv/m/.fuse_hidden00bb')).sizeBytes, 1, 'lookup finds the hidden file');
+    assert.ok(listings.get('/kv/m')!.has('.fuse_hidden00bb'));
+    assert.equal(kinds.get('/kv/m/.fuse_hidden00bb'), 'hidden');
+    await fs.release(reader2);
+    await fs.unlink('/kv/m/.fuse_hidden00bb');
+    assert.ok(!listings.get('/kv/m')!.has('.fuse_hidden00bb'));
     // A directory moved: its listing (and those under it) is forgotten, the parents follow.
     await fs.rename('/kv/m/d', '/kv/m/e');
     assert.equal(listings.has('/kv/m/d'), false);
-    for (const [dir, names] of listings) assert.deepEqual([...names].sort(), fs.dirEntryNames(dir)!.sort(), `listing of ${dir}`);
+    for (const [dir, listed] of listings) assert.deepEqual([...listed].sort(), names(dir)!.sort(), `listing of ${dir}`);
     assert.deepEqual([...listings.get('/kv/m')!].sort(), ['e']);
+    assert.equal(kinds.get('/kv/m/e'), 'dir');
+    assert.equal(kinds.get('/kv/m/d/x'), 'file');
     // Every change named its directory (an engine drops that directory's cached attributes then).
     assert.ok(changed.includes('/kv') && changed.includes('/kv/m') && changed.includes('/kv/m/d'));
     await fs.rmdir('/kv/m/e').catch(() => undefined); // not empty: ENOTEMPTY, nothing told
-    assert.equal(fs.dirEntryNames('/kv/m/e/x'), undefined, 'a file is not a directory');
-    assert.equal(fs.dirEntryNames('/.cascade'), undefined, 'only /kv is listed');
+    assert.equal(fs.dirListing('/kv/m/e/x'), undefined, 'a file is not a directory');
+    assert.equal(fs.dirListing('/.cascade'), undefined, 'only /kv is listed');
     fs.watchDirs(undefined);
     await writeFile(fs, '/kv/m/late', Buffer.from('l'));
     assert.ok(!listings.get('/kv/m')!.has('late'), 'no watcher, nothing told');
@@ -620,6 +639,6 @@ describe('CascadeFs (no kernel)', function () {
   it('tells no directory watcher with a shared namespace (other nodes change names)', async () => {
     const shared = await createCascadeFs(store, { uid: 1000, gid: 1000, log: () => undefined, sharedNamespace: true });
     assert.equal(shared.watchDirs({ added: () => undefined, removed: () => undefined, gone: () => undefined }), false);
-    assert.equal(shared.dirEntryNames('/kv'), undefined);
+    assert.equal(shared.dirListing('/kv'), undefined);
   });
 });

@@ -53,24 +53,30 @@ describe('native engine: metadata table (binding, no kernel)', function () {
 
   it('keeps directory listings within their bound; an unlist drops a whole subtree', () => {
     const t = new (nativeBinding()!.MetaTable)(100, 100, 5);
-    assert.equal(t.list('/kv/d', ['a', 'b']), true);
-    assert.equal(t.list('/kv/d/e', ['c']), true);
-    assert.equal(t.list('/kv/f', ['x', 'y', 'z']), false, '6 names past the bound of 5: nothing kept');
-    t.listAdd('/kv/d', 'c');
-    t.listAdd('/kv/d', 'c'); // already there
-    t.listAdd('/kv/unlisted', 'q'); // no listing: nothing kept
+    const F = 8; // DT_REG
+    const files = (...names: string[]): [string[], Uint8Array] => [names, new Uint8Array(names.length).fill(F)];
+    assert.equal(t.list('/kv/d', ...files('a', 'b')), true);
+    assert.equal(t.list('/kv/d/e', ...files('c')), true);
+    assert.equal(t.list('/kv/f', ...files('x', 'y', 'z')), false, '6 names past the bound of 5: nothing kept');
+    assert.equal(t.listAdd('/kv/d', 'c', F), true);
+    assert.equal(t.listAdd('/kv/d', 'c', 4), true); // already there (now a directory)
+    assert.equal(t.listAdd('/kv/unlisted', 'q', F), true); // no listing: nothing kept
     t.listRemove('/kv/d', 'a');
     assert.deepEqual([t.stats().listedDirs, t.stats().listedNames], [2, 3]);
-    t.listAdd('/kv/d/e', 'g');
-    t.listAdd('/kv/d/e', 'h'); // 5 names: the bound
-    t.listAdd('/kv/d/e', 'i'); // past it: that directory is no longer listed
+    t.listAdd('/kv/d/e', 'g', F);
+    t.listAdd('/kv/d/e', 'h', 0); // 5 names: the bound (a hidden name counts too)
+    assert.equal(t.listAdd('/kv/d/e', 'h', F), true, 'a name already there, at the bound: kept');
+    assert.equal(t.listAdd('/kv/d/e', 'i', F), false); // past it: that directory is no longer listed
     assert.deepEqual([t.stats().listedDirs, t.stats().listedNames], [1, 2]);
-    assert.equal(t.list('/kv/d0', ['n']), true);
+    assert.equal(t.list('/kv/d0', ...files('n')), true);
     t.unlist('/kv/d', true);
     assert.deepEqual([t.stats().listedDirs, t.stats().listedNames], [1, 1], '/kv/d0 is not under /kv/d');
-    assert.throws(() => t.list('/kv/d', ['a/b']), /listed name/);
-    assert.throws(() => t.listAdd('/kv/d', ''), /listed name/);
-    assert.throws(() => t.list('/kv/d', ['x'.repeat(256)]), /listed name/);
+    assert.throws(() => t.list('/kv/d', ...files('a/b')), /listed name/);
+    assert.throws(() => t.listAdd('/kv/d', '', F), /listed name/);
+    assert.throws(() => t.list('/kv/d', ...files('x'.repeat(256))), /listed name/);
+    assert.throws(() => t.list('/kv/d', ['a'], new Uint8Array([7])), /listed type/);
+    assert.throws(() => t.list('/kv/d', ['a', 'b'], new Uint8Array([8])), /one entry per name/);
+    assert.throws(() => t.listAdd('/kv/d', 'a', 9), /listed type/);
     assert.throws(() => new (nativeBinding()!.MetaTable)(100, 100, 2 ** 25), /listedNamesMax/);
   });
 
@@ -269,6 +275,50 @@ describe('native engine: lookups, stats and opens answered in C++ (real mounts)'
     before = engineStats(mnt).servedAbsentLookups;
     assert.deepEqual(exists('t', 'u'), [true, false]);
     assert.ok(engineStats(mnt).servedAbsentLookups - before >= 1);
+  });
+
+  it('a listed directory is opened and read in C++: the same names and types as JS gives, every change seen by the next listing', async () => {
+    const mnt = await start('listing');
+    const dir = path.join(mnt, 'kv', 'm', 'big');
+    fs.mkdirSync(dir);
+    // Long names: the listing takes several READDIR requests.
+    const made = Array.from({ length: 1500 }, (_, i) => `block-${String(i).padStart(6, '0')}-${'x'.repeat(40)}`);
+    for (const n of made) fs.writeFileSync(path.join(dir, n), 'b');
+    fs.mkdirSync(path.join(dir, 'sub'));
+    const listing = () => {
+      const r = spawnSync('python3', ['-c', 'import os,sys,json; print(json.dumps(sorted([e.name, e.is_file(), e.is_dir()] for e in os.scandir(sys.argv[1]))))', dir], {
+        encoding: 'utf8',
+        maxBuffer: 16 * MiB,
+      });
+      assert.equal(r.status, 0, r.stderr);
+      return JSON.parse(r.stdout) as Array<[string, boolean, boolean]>;
+    };
+    const expected = () => [...made.map((n): [string, boolean, boolean] => [n, true, false]), ['sub', false, true] as [string, boolean, boolean]].sort();
+    assert.deepEqual(listing(), expected()); // JS (and it lists the directory)
+    let before = engineStats(mnt);
+    assert.deepEqual(listing(), expected());
+    let after = engineStats(mnt);
+    assert.equal(after.servedOpendirs - before.servedOpendirs, 1, 'opened in C++');
+    assert.ok(after.servedReaddirs - before.servedReaddirs >= 2, `several READDIRs in C++, saw ${after.servedReaddirs - before.servedReaddirs}`);
+    // Changes: a create, an unlink, a rename out and one in, a directory removed.
+    fs.writeFileSync(path.join(dir, 'new'), 'n');
+    made.push('new');
+    fs.unlinkSync(path.join(dir, made[0]));
+    fs.renameSync(path.join(dir, made[1]), path.join(mnt, 'kv', 'm', 'out'));
+    fs.writeFileSync(path.join(mnt, 'kv', 'm', 'in'), 'i');
+    fs.renameSync(path.join(mnt, 'kv', 'm', 'in'), path.join(dir, 'in'));
+    made.splice(0, 2);
+    made.push('in');
+    fs.rmdirSync(path.join(dir, 'sub'));
+    before = engineStats(mnt);
+    const now = listing();
+    assert.deepEqual(now, made.map((n): [string, boolean, boolean] => [n, true, false]).sort());
+    assert.equal(engineStats(mnt).servedOpendirs - before.servedOpendirs, 1);
+    // An empty listed directory lists "." and ".." only (readdir(3) shows them; scandir hides them).
+    fs.mkdirSync(path.join(mnt, 'kv', 'm', 'empty'));
+    spawnSync('python3', ['-c', 'import os,sys; os.path.exists(sys.argv[1])', path.join(mnt, 'kv', 'm', 'empty', 'nope')]); // lists it
+    const ls = spawnSync('ls', ['-a', path.join(mnt, 'kv', 'm', 'empty')], { encoding: 'utf8' });
+    assert.deepEqual(ls.stdout.trim().split('\n').sort(), ['.', '..']);
   });
 
   it('a stat while a file is being written shows the writer\'s size (nothing stale from the cache)', async () => {

@@ -458,6 +458,8 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("servedForgets", static_cast<double>(s.servedForgets));
     o.Set("servedOpens", static_cast<double>(s.servedOpens));
     o.Set("servedReleases", static_cast<double>(s.servedReleases));
+    o.Set("servedOpendirs", static_cast<double>(s.servedOpendirs));
+    o.Set("servedReaddirs", static_cast<double>(s.servedReaddirs));
     o.Set("nativeOpens", static_cast<double>(s.nativeOpensNow));
     o.Set("touchedDropped", static_cast<double>(s.touchedDropped));
     o.Set("uringQueues", s.uring.queues);

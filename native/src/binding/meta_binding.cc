@@ -170,37 +170,55 @@ class MetaTableWrap : public Napi::ObjectWrap<MetaTableWrap> {
     return info.Env().Undefined();
   }
 
-  // list(dir, names: string[]) -> kept? (false past listedNamesMax)
+  // list(dir, names: string[], types: Uint8Array) -> kept? (false past listedNamesMax)
   Napi::Value List(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     std::string dir;
     if (!ArgPath(info, 0, &dir)) return env.Undefined();
-    if (info.Length() < 2 || !info[1].IsArray()) {
-      ThrowCode(env, "EINVAL", "names must be an array of strings");
+    uint8_t* types;
+    uint64_t typesLength;
+    if (info.Length() < 2 || !info[1].IsArray() || !ArgBytes(info, 2, "types", &types, &typesLength)) {
+      if (!env.IsExceptionPending()) ThrowCode(env, "EINVAL", "names must be an array of strings");
       return env.Undefined();
     }
     Napi::Array arr = info[1].As<Napi::Array>();
-    std::vector<std::string> names;
-    names.reserve(arr.Length());
+    if (typesLength != arr.Length()) {
+      ThrowCode(env, "EINVAL", "types must have one entry per name");
+      return env.Undefined();
+    }
+    const std::vector<uint8_t> kinds(types, types + typesLength);  // copied before any call into JS
+    std::vector<std::pair<std::string, uint8_t>> entries;
+    entries.reserve(arr.Length());
     for (uint32_t i = 0; i < arr.Length(); i++) {
       Napi::Value v = arr.Get(i);
       if (!v.IsString()) {
         ThrowCode(env, "EINVAL", "names must be an array of strings");
         return env.Undefined();
       }
-      names.push_back(v.As<Napi::String>().Utf8Value());
-      if (!ValidName(names.back())) {
+      std::string name = v.As<Napi::String>().Utf8Value();
+      if (!ValidName(name)) {
         ThrowCode(env, "EINVAL", "a listed name must be 1..255 bytes without '/' or NUL");
         return env.Undefined();
       }
+      if (!ValidType(kinds[i])) {
+        ThrowCode(env, "EINVAL", "a listed type must be 8 (file), 4 (directory) or 0 (hidden)");
+        return env.Undefined();
+      }
+      entries.emplace_back(std::move(name), kinds[i]);
     }
-    return Napi::Boolean::New(env, table_->List(dir, names));
+    return Napi::Boolean::New(env, table_->List(dir, entries));
   }
 
+  // listAdd(dir, name, type)
   Napi::Value ListAdd(const Napi::CallbackInfo& info) {
     std::string dir, name;
-    if (ArgPath(info, 0, &dir) && ArgName(info, 1, &name)) table_->ListAdd(dir, name);
-    return info.Env().Undefined();
+    uint64_t type;
+    if (!ArgPath(info, 0, &dir) || !ArgName(info, 1, &name) || !ArgU64(info, 2, "type", &type)) return info.Env().Undefined();
+    if (type > 255 || !ValidType(static_cast<uint8_t>(type))) {
+      ThrowCode(info.Env(), "EINVAL", "a listed type must be 8 (file), 4 (directory) or 0 (hidden)");
+      return info.Env().Undefined();
+    }
+    return Napi::Boolean::New(info.Env(), table_->ListAdd(dir, name, static_cast<uint8_t>(type)));
   }
 
   Napi::Value ListRemove(const Napi::CallbackInfo& info) {
@@ -249,6 +267,8 @@ class MetaTableWrap : public Napi::ObjectWrap<MetaTableWrap> {
     }
     return true;
   }
+
+  static bool ValidType(uint8_t type) { return type == engine::kListFile || type == engine::kListDir || type == engine::kListHidden; }
 
   static bool ValidName(const std::string& name) {
     return !name.empty() && name.size() <= engine::kNameMaxBytes && name.find('/') == std::string::npos && name.find('\0') == std::string::npos;

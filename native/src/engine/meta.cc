@@ -184,27 +184,47 @@ uint64_t MetaTable::attrCount() {
   return attrs_.size();
 }
 
-bool MetaTable::List(const std::string& dir, const std::vector<std::string>& names) {
+bool MetaTable::List(const std::string& dir, const std::vector<std::pair<std::string, uint8_t>>& entries) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto old = listed_.find(dir);
   const uint64_t kept = listedNames_ - (old == listed_.end() ? 0 : old->second.size());
-  if (kept + names.size() > listedNamesMax_) return false;
-  std::unordered_set<std::string> set(names.begin(), names.end());
-  listedNames_ = kept + set.size();
-  listed_[dir] = std::move(set);
+  if (kept + entries.size() > listedNamesMax_) return false;
+  std::unordered_map<std::string, uint8_t> map(entries.begin(), entries.end());
+  listedNames_ = kept + map.size();
+  listed_[dir] = std::move(map);
   return true;
 }
 
-void MetaTable::ListAdd(const std::string& dir, const std::string& name) {
+bool MetaTable::ListingOf(uint64_t id, std::vector<std::pair<std::string, uint8_t>>* entries) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto n = byId_.find(id);
+  if (n == byId_.end() || n->second.detached) return false;
+  auto l = listed_.find(n->second.path);
+  if (l == listed_.end()) return false;
+  entries->reserve(entries->size() + l->second.size());
+  for (const auto& [name, type] : l->second) {
+    if (type != kListHidden) entries->emplace_back(name, type);
+  }
+  return true;
+}
+
+bool MetaTable::ListAdd(const std::string& dir, const std::string& name, uint8_t type) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = listed_.find(dir);
-  if (it == listed_.end()) return;
+  if (it == listed_.end()) return true;
+  auto entry = it->second.find(name);
+  if (entry != it->second.end()) {
+    entry->second = type;  // a hidden name that is a file again, or a name of another kind
+    return true;
+  }
   if (listedNames_ >= listedNamesMax_) {  // full: this directory's lookups go to JS again
     listedNames_ -= it->second.size();
     listed_.erase(it);
-    return;
+    return false;
   }
-  if (it->second.insert(name).second) listedNames_++;
+  it->second.emplace(name, type);
+  listedNames_++;
+  return true;
 }
 
 void MetaTable::ListRemove(const std::string& dir, const std::string& name) {

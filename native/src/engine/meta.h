@@ -29,6 +29,10 @@ constexpr size_t kFuseAttrBytes = 88;  // struct fuse_attr
 constexpr uint64_t kNodeIdMax = (uint64_t{1} << 53) - 1;
 // A name component's limit (NAME_MAX); JS refuses longer ones with ENAMETOOLONG.
 constexpr size_t kNameMaxBytes = 255;
+// Readdir types of listed names (dirent.h's DT_REG, DT_DIR), and a name LOOKUP finds but READDIR skips.
+constexpr uint8_t kListFile = 8;
+constexpr uint8_t kListDir = 4;
+constexpr uint8_t kListHidden = 0;
 
 // One cached path: its struct fuse_attr as JS encoded it (ino included: the filesystem's own inode
 // number, not the node id), and for a file whose committed block is in the DRAM arena, that block's
@@ -74,15 +78,19 @@ class MetaTable {
   // namespace). JS tells every entry added or removed before it answers the request that made the
   // change, so the listing is exact whenever a worker reads it; the kernel holds a directory's lock
   // over a create, unlink or rename in it, so a LOOKUP never races the change it would see.
-  // List: false (nothing kept) past listedNamesMax names in all.
-  bool List(const std::string& dir, const std::vector<std::string>& names);
-  // No-ops for a directory not listed. An add past listedNamesMax drops that directory's listing.
-  void ListAdd(const std::string& dir, const std::string& name);
+  // Each name has its readdir type: kListFile, kListDir, or kListHidden (found by LOOKUP, not listed
+  // by READDIR: a name libfuse hid). List: false (nothing kept) past listedNamesMax names in all.
+  bool List(const std::string& dir, const std::vector<std::pair<std::string, uint8_t>>& entries);
+  // No-ops for a directory not listed. An add past listedNamesMax drops that directory's listing
+  // (ListAdd returns false then).
+  bool ListAdd(const std::string& dir, const std::string& name, uint8_t type);
   void ListRemove(const std::string& dir, const std::string& name);
   // Forget the listing of dir (and, with subtree, of every directory under it): moved or removed.
   void Unlist(const std::string& dir, bool subtree);
   uint64_t listedDirCount();
   uint64_t listedNameCount();
+  // OPENDIR of node id: the entries READDIR lists (hidden names left out), if its directory is listed.
+  bool ListingOf(uint64_t id, std::vector<std::pair<std::string, uint8_t>>* entries);
 
   // ---- the workers' fast paths ----
   enum class Lookup { kMiss, kHit, kAbsent };
@@ -125,7 +133,7 @@ class MetaTable {
   std::map<std::string, CachedAttr> attrs_;
   // Ordered by directory, so a subtree is one range, as attrs_.
   const uint64_t listedNamesMax_;
-  std::map<std::string, std::unordered_set<std::string>> listed_;
+  std::map<std::string, std::unordered_map<std::string, uint8_t>> listed_;
   uint64_t listedNames_ = 0;
   uint64_t generation_ = 1;
   Stats stats_;

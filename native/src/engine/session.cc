@@ -322,6 +322,31 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
     case FUSE_WRITE:
       if (ServeWrite(message, lengthBytes)) return;
       break;
+    case FUSE_OPENDIR:
+      if (ServeOpendir(message, lengthBytes)) return;
+      break;
+    case FUSE_READDIR:
+      if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_read_in)) {
+        const auto* in = reinterpret_cast<const fuse_read_in*>(message + sizeof(fuse_in_header));
+        if (in->fh >= kNativeHandleBase) {
+          ServeReaddir(reinterpret_cast<const fuse_in_header*>(message)->unique, in->fh, in->offset, in->size);
+          return;
+        }
+      }
+      break;
+    case FUSE_RELEASEDIR:
+      if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_release_in)) {
+        const uint64_t fh = reinterpret_cast<const fuse_release_in*>(message + sizeof(fuse_in_header))->fh;
+        if (fh >= kNativeHandleBase) {
+          {
+            std::lock_guard<std::mutex> lock(nativeMutex_);
+            nativeDirs_.erase(fh);
+          }
+          Reply(reinterpret_cast<const fuse_in_header*>(message)->unique, 0, nullptr, 0);
+          return;
+        }
+      }
+      break;
     case FUSE_IOCTL:
       // No ioctl is implemented: answer as a plain file does, here. Python's open() asks isatty()
       // (TCGETS) of every file it opens, so this was one JS trip per file created.
@@ -734,6 +759,65 @@ bool Session::ServeOpen(const uint8_t* message, size_t lengthBytes) {
   return true;
 }
 
+bool Session::ServeOpendir(const uint8_t* message, size_t lengthBytes) {
+  if (!options_.meta || lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_open_in)) return false;
+  const auto* hdr = reinterpret_cast<const fuse_in_header*>(message);
+  std::vector<std::pair<std::string, uint8_t>> entries{{".", kListDir}, {"..", kListDir}};
+  if (!options_.meta->ListingOf(hdr->nodeid, &entries)) return false;  // not listed: JS lists it
+  uint64_t fh;
+  {
+    std::lock_guard<std::mutex> lock(nativeMutex_);
+    if (nativeDirs_.size() >= kNativeDirsMax) return false;  // JS has its own bound (EMFILE)
+    fh = nextNativeFh_++;
+    nativeDirs_.emplace(fh, std::move(entries));
+  }
+  OpenOut out{};
+  out.fh = fh;
+  struct iovec iov = {&out, sizeof out};
+  if (Reply(hdr->unique, 0, &iov, 1) == Status::kStale) {
+    std::lock_guard<std::mutex> lock(nativeMutex_);  // interrupted: no RELEASEDIR will come for it
+    nativeDirs_.erase(fh);
+    return true;
+  }
+  servedOpendirs_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Session::ServeReaddir(uint64_t unique, uint64_t fh, uint64_t offset, uint32_t sizeBytes) {
+  // struct fuse_dirent: ino, off (of the next entry), namelen, type, then the name, padded to 8 bytes.
+  constexpr size_t kDirentHeaderBytes = 24;
+  constexpr uint64_t kUnknownIno = 0xffffffff;  // as JS: the kernel asks with LOOKUP (ino in the attr)
+  std::vector<uint8_t> out;
+  {
+    std::lock_guard<std::mutex> lock(nativeMutex_);
+    auto it = nativeDirs_.find(fh);
+    if (it == nativeDirs_.end()) {
+      ReplyError(unique, EBADF);
+      return;
+    }
+    const auto& entries = it->second;
+    out.reserve(std::min<size_t>(sizeBytes, 64 * 1024));
+    for (uint64_t i = offset; i < entries.size(); i++) {
+      const std::string& name = entries[i].first;
+      const size_t record = (kDirentHeaderBytes + name.size() + 7) & ~size_t{7};
+      if (out.size() + record > sizeBytes) break;
+      const size_t at = out.size();
+      out.resize(at + record, 0);
+      const uint64_t next = i + 1;
+      const uint32_t nameBytes = static_cast<uint32_t>(name.size());
+      const uint32_t type = entries[i].second;
+      memcpy(&out[at], &kUnknownIno, 8);
+      memcpy(&out[at + 8], &next, 8);
+      memcpy(&out[at + 16], &nameBytes, 4);
+      memcpy(&out[at + 20], &type, 4);
+      memcpy(&out[at + kDirentHeaderBytes], name.data(), name.size());
+    }
+  }
+  struct iovec iov = {out.data(), out.size()};
+  Reply(unique, 0, &iov, out.empty() ? 0 : 1);
+  servedReaddirs_.fetch_add(1, std::memory_order_relaxed);
+}
+
 // Ends a native open; unique 0: no request to answer (an open whose reply never arrived).
 bool Session::ServeNativeRelease(uint64_t unique, uint64_t fh) {
   ClearReadSource(fh);
@@ -896,6 +980,8 @@ SessionStats Session::stats() const {
   s.servedForgets = servedForgets_.load();
   s.servedOpens = servedOpens_.load();
   s.servedReleases = servedReleases_.load();
+  s.servedOpendirs = servedOpendirs_.load();
+  s.servedReaddirs = servedReaddirs_.load();
   if (const Uring* u = uring_.load(std::memory_order_acquire)) s.uring = u->stats();
   {
     std::lock_guard<std::mutex> lock(nativeMutex_);

@@ -44,6 +44,7 @@ constexpr int kReplyIovMax = 1024;                // IOV_MAX
 // stay far below (fs/ numbers them from 1), so a handle names its owner.
 constexpr uint64_t kNativeHandleBase = uint64_t{1} << 40;
 constexpr size_t kNativeOpensMax = 1 << 20;       // opens answered natively at once
+constexpr size_t kNativeDirsMax = 4096;           // directories opened natively at once (each a snapshot)
 constexpr size_t kTouchedMax = 1 << 16;           // arena blocks opened natively, not yet told to JS
 // Stopping interrupts the workers' blocking reads with SIGRTMIN + this (a no-op handler, no SA_RESTART;
 // glibc keeps the first real-time signals below SIGRTMIN, and Node and libuv use none of these).
@@ -113,6 +114,9 @@ struct SessionStats {
   uint64_t servedForgets = 0;
   uint64_t servedOpens = 0;
   uint64_t servedReleases = 0;
+  // Directories opened, and READDIRs answered, from listings in the metadata table.
+  uint64_t servedOpendirs = 0;
+  uint64_t servedReaddirs = 0;
   uint64_t nativeOpensNow = 0;
   uint64_t touchedDropped = 0;  // native opens the store's recency never heard of (the list was full)
   UringStats uring;
@@ -188,6 +192,8 @@ class Session {
   void ServeForget(const uint8_t* message, size_t lengthBytes);
   bool ServeOpen(const uint8_t* message, size_t lengthBytes);
   bool ServeNativeRelease(uint64_t unique, uint64_t fh);
+  bool ServeOpendir(const uint8_t* message, size_t lengthBytes);
+  void ServeReaddir(uint64_t unique, uint64_t fh, uint64_t offset, uint32_t sizeBytes);
   void FillAttrOut(const CachedAttr& a, bool detached, struct fuse_attr* out) const;
   bool StagedAttrOf(uint64_t fh, uint64_t nodeid, CachedAttr* out);
   bool StagedAttrOfNode(uint64_t nodeid, CachedAttr* out);
@@ -232,6 +238,8 @@ class Session {
   };
   mutable std::mutex nativeMutex_;
   std::unordered_map<uint64_t, NativeOpen> nativeOpens_;
+  // Directories opened natively: the listing at OPENDIR, "." and ".." first (READDIR offsets index it).
+  std::unordered_map<uint64_t, std::vector<std::pair<std::string, uint8_t>>> nativeDirs_;
   uint64_t nextNativeFh_ = kNativeHandleBase;
   std::vector<uint64_t> touched_;
   uint64_t touchedDropped_ = 0;
@@ -248,7 +256,8 @@ class Session {
   Negotiated negotiated_;
 
   std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0},
-      servedLookups_{0}, servedAbsentLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0};
+      servedLookups_{0}, servedAbsentLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0},
+      servedOpendirs_{0}, servedReaddirs_{0};
 };
 
 }  // namespace cascade::engine
