@@ -626,12 +626,39 @@ void TestMetaTable() {
     EXPECT(t.Publish("/kv/n/g", a, t.Generation()));
     uint64_t id;
     CachedAttr got;
-    EXPECT(t.LookupCached(dir, "g", 1, &id, &got) && got.sizeBytes == 3);
+    EXPECT(t.LookupCached(dir, "g", 1, &id, &got) == MetaTable::Lookup::kHit && got.sizeBytes == 3);
     EXPECT(t.PathOf(id, &p, &detached) == Status::kOk && p == "/kv/n/g");
-    EXPECT(!t.LookupCached(dir, "..", 2, &id, &got) && !t.LookupCached(dir, "a/b", 3, &id, &got));
+    EXPECT(t.LookupCached(dir, "..", 2, &id, &got) == MetaTable::Lookup::kMiss &&
+           t.LookupCached(dir, "a/b", 3, &id, &got) == MetaTable::Lookup::kMiss);
     const uint64_t g = t.Generation();
     t.Invalidate("/kv/n", true);
     EXPECT(!t.AttrOf(id, &got) && !t.Publish("/kv/n/g", a, g));
+    // Listings: a name not in a listed directory is absent (ASCII names only); types; hidden names are
+    // found by lookup but not listed; the bound refuses a listing rather than grow past it.
+    MetaTable l(100, 100, 4);
+    uint64_t ld, lid;
+    EXPECT(l.Remember("/kv/l", &ld) == Status::kOk);
+    EXPECT(l.LookupCached(ld, "x", 1, &lid, &got) == MetaTable::Lookup::kMiss);  // not listed
+    EXPECT(l.List("/kv/l", {{"a", engine::kListFile}, {"h", engine::kListHidden}}));
+    EXPECT(l.LookupCached(ld, "x", 1, &lid, &got) == MetaTable::Lookup::kAbsent);
+    EXPECT(l.LookupCached(ld, "a", 1, &lid, &got) == MetaTable::Lookup::kMiss);   // there, not cached
+    EXPECT(l.LookupCached(ld, "h", 1, &lid, &got) == MetaTable::Lookup::kMiss);   // hidden: JS finds it
+    EXPECT(l.LookupCached(ld, "\xc3\xbc", 2, &lid, &got) == MetaTable::Lookup::kMiss);  // not ASCII
+    const std::string longName(256, 'n');
+    EXPECT(l.LookupCached(ld, longName.data(), longName.size(), &lid, &got) == MetaTable::Lookup::kMiss);
+    std::vector<std::pair<std::string, uint8_t>> listing;
+    EXPECT(l.ListingOf(ld, &listing) && listing.size() == 1 && listing[0].first == "a" && listing[0].second == engine::kListFile);
+    EXPECT(l.ListAdd("/kv/l", "d", engine::kListDir) && l.ListAdd("/kv/l", "h", engine::kListFile));
+    listing.clear();
+    EXPECT(l.ListingOf(ld, &listing) && listing.size() == 3);
+    EXPECT(l.ListAdd("/kv/l", "e", engine::kListFile) && l.listedNameCount() == 4);  // the bound
+    EXPECT(l.ListAdd("/kv/l", "e", engine::kListDir));                                 // there: kept
+    EXPECT(l.ListAdd("/kv/l", "f", engine::kListFile) == false && l.listedDirCount() == 0);  // past it
+    EXPECT(!l.ListingOf(ld, &listing) && l.listedNameCount() == 0);
+    EXPECT(!l.List("/kv/l", {{"1", 8}, {"2", 8}, {"3", 8}, {"4", 8}, {"5", 8}}));
+    EXPECT(l.List("/kv/l/s", {{"1", 8}}) && l.List("/kv/l0", {{"2", 8}}));
+    l.Unlist("/kv/l", true);
+    EXPECT(l.listedDirCount() == 1 && l.listedNameCount() == 1);  // /kv/l0 is not under /kv/l
     MetaTable small(3, 10);
     uint64_t x;
     EXPECT(small.Remember("/a", &x) == Status::kOk && small.Remember("/b", &x) == Status::kOk);
@@ -648,7 +675,7 @@ void TestMetaTable() {
       const std::string name = "f" + std::to_string(rng() % 64);
       uint64_t id;
       CachedAttr a;
-      if (!t.LookupCached(dir, name.c_str(), name.size(), &id, &a)) continue;
+      if (t.LookupCached(dir, name.c_str(), name.size(), &id, &a) != MetaTable::Lookup::kHit) continue;
       hits++;
       std::string p;
       bool detached;
