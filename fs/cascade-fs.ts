@@ -1484,12 +1484,12 @@ function copyRange(src: Buffer, sizeBytes: number, offsetBytes: number, target: 
   return n;
 }
 
-/** Split an absolute mount path into what it names. Components are validated where they are used. */
 /** The mount path of a store-relative directory ('' is /kv). */
 function kvPath(rel: string): string {
   return rel === '' ? '/kv' : `/kv/${rel}`;
 }
 
+/** Split an absolute mount path into what it names. Components are validated where they are used. */
 export function parse(path: string): Parsed {
   if (path === '/' || path === '') return { kind: 'root' };
   const parts = path.split('/').slice(1);

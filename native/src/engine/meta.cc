@@ -22,6 +22,17 @@ bool Ascii(const char* name, size_t nameBytes) {
   return true;
 }
 
+// Erases every key of `m` (an ordered map by path) strictly under directory `dir`, calling onErase
+// with each entry first: the attribute cache and the listings drop subtrees alike.
+template <class Map, class OnErase>
+void EraseUnder(Map& m, const std::string& dir, OnErase onErase) {
+  const std::string prefix = dir == "/" ? "/" : dir + "/";
+  for (auto it = m.lower_bound(prefix); it != m.end() && StartsWith(it->first, prefix);) {
+    onErase(*it);
+    it = m.erase(it);
+  }
+}
+
 }  // namespace
 
 MetaTable::MetaTable(uint64_t nodesMax, uint64_t attrsMax, uint64_t listedNamesMax)
@@ -166,10 +177,7 @@ void MetaTable::InvalidateLocked(const std::string& path, bool subtree) {
   generation_++;
   stats_.invalidations++;
   attrs_.erase(path);
-  if (!subtree) return;
-  const std::string prefix = path == "/" ? "/" : path + "/";
-  auto it = attrs_.lower_bound(prefix);
-  while (it != attrs_.end() && StartsWith(it->first, prefix)) it = attrs_.erase(it);
+  if (subtree) EraseUnder(attrs_, path, [](const auto&) {});
 }
 
 void MetaTable::InvalidateAll() {
@@ -240,12 +248,7 @@ void MetaTable::Unlist(const std::string& dir, bool subtree) {
     listedNames_ -= it->second.size();
     listed_.erase(it);
   }
-  if (!subtree) return;
-  const std::string prefix = dir == "/" ? "/" : dir + "/";
-  for (it = listed_.lower_bound(prefix); it != listed_.end() && StartsWith(it->first, prefix);) {
-    listedNames_ -= it->second.size();
-    it = listed_.erase(it);
-  }
+  if (subtree) EraseUnder(listed_, dir, [this](const auto& entry) { listedNames_ -= entry.second.size(); });
 }
 
 uint64_t MetaTable::listedDirCount() {
