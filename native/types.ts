@@ -301,6 +301,9 @@ export interface FuseSessionStats {
   /** Directories opened, and READDIRs answered, from the table's listings. */
   servedOpendirs: number;
   servedReaddirs: number;
+  /** Spins after an answer (a back-to-back stream of small requests) that found the next request, and that gave up and blocked. */
+  spinHits: number;
+  spinTimeouts: number;
   /** Read-only opens answered in C++ that are open now. */
   nativeOpens: number;
   /** Native opens the store's recency never heard of (its list was full). */

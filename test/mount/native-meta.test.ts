@@ -483,4 +483,31 @@ print(json.dumps(out))`, path.join(mnt, 'kv', 'm', 'w'), path.join(mnt, '.cascad
     assert.ok(opens >= 190, `opens answered in C++: ${opens} of 200`);
     assert.ok(after.forwarded - before.forwarded < 40, `requests that reached JS: ${after.forwarded - before.forwarded}`);
   });
+  it('a worker spins for the next request of a back-to-back stream, and an idle daemon stays idle', async () => {
+    const mnt = await start('spin');
+    const f = path.join(mnt, 'kv', 'm', 'a');
+    fs.writeFileSync(f, 'small');
+    fs.readFileSync(f); // publishes it: the opens below are answered in C++
+    const before = engineStats(mnt);
+    for (let i = 0; i < 2000; i++) fs.closeSync(fs.openSync(f, 'r'));
+    const after = engineStats(mnt);
+    const hits = after.spinHits - before.spinHits;
+    const timeouts = after.spinTimeouts - before.spinTimeouts;
+    assert.ok(hits > 0, `some requests were found by a spinning worker (hits ${hits}, timeouts ${timeouts})`);
+    assert.ok(hits + timeouts <= after.requests - before.requests, 'at most one spin per request');
+    // Idle: no request comes, so no worker spins, and the daemon's threads sleep (CPU time of its
+    // process over 1 s, from /proc: utime + stime in clock ticks, 100 a second).
+    const ticks = () => {
+      const stat = fs.readFileSync(`/proc/${daemon!.proc!.pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      return Number(fields[11]) + Number(fields[12]);
+    };
+    await new Promise((r) => setTimeout(r, 200));
+    const t0 = ticks();
+    const idle = engineStats(mnt);
+    await new Promise((r) => setTimeout(r, 1000));
+    const used = ticks() - t0;
+    assert.equal(engineStats(mnt).spinTimeouts - idle.spinTimeouts <= 2, true, 'no spinning while idle (the stats reads are the only requests)');
+    assert.ok(used <= 10, `an idle daemon used ${used} ticks of CPU in 1 s (at most 10 = 0.1 s)`);
+  });
 });

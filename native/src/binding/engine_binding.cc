@@ -460,6 +460,8 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("servedReleases", static_cast<double>(s.servedReleases));
     o.Set("servedOpendirs", static_cast<double>(s.servedOpendirs));
     o.Set("servedReaddirs", static_cast<double>(s.servedReaddirs));
+    o.Set("spinHits", static_cast<double>(s.spinHits));
+    o.Set("spinTimeouts", static_cast<double>(s.spinTimeouts));
     o.Set("nativeOpens", static_cast<double>(s.nativeOpensNow));
     o.Set("touchedDropped", static_cast<double>(s.touchedDropped));
     o.Set("uringQueues", s.uring.queues);

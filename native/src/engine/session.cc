@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -231,7 +232,14 @@ void Session::Worker() {
   // concurrent clients, or any long request in the last kQuietNs: readers of big blocks) a worker reads
   // again at once, as every worker did before: parked workers cost readers of big blocks in parallel
   // up to half their rate here (each long request then woke one).
+  //
+  // Spinning: the one reader of such a stream polls /dev/fuse for up to kSpinNs after its answer before
+  // it blocks in read(). The caller's next request (a stat loop, open+close) usually comes within a
+  // few microseconds; a blocked worker's wakeup costs more than that. A stream that pauses longer turns
+  // spinning off until requests come back to back again (doneNs: when this worker answered last).
   bool park = true;
+  bool spin = false;
+  int64_t doneNs = 0;
   while (!stopping_.load()) {
     {
       std::unique_lock<std::mutex> lock(poolMutex_);
@@ -239,6 +247,7 @@ void Session::Worker() {
       if (stopping_.load()) break;
       readers_++;
     }
+    if (spin) SpinUntilReadable();
     const ssize_t n = read(fd_, buffer.get(), bufferBytes_);
     {
       std::lock_guard<std::mutex> lock(poolMutex_);
@@ -252,20 +261,50 @@ void Session::Worker() {
     }
     if (static_cast<size_t>(n) < sizeof(fuse_in_header)) continue;
     requests_.fetch_add(1, std::memory_order_relaxed);
-    const int64_t nowNs = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    const int64_t nowNs = SteadyNs();
     const bool longRequest = LongRequest(buffer.get(), static_cast<size_t>(n));
     if (longRequest) {
       lastLongNs_.store(nowNs, std::memory_order_relaxed);
       HandOffReading();  // someone reads the next request while this one is copied
     }
+    // The next request of a back-to-back stream came within kSpinNs of the last answer (the spin, or
+    // a read that blocked only briefly, saw it): spin again after this one.
+    const bool streaming = doneNs != 0 && nowNs - doneNs <= kSpinNs;
     const unsigned othersBusy = busy_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t forwardedBefore = forwarded_.load(std::memory_order_relaxed);
     Handle(buffer.get(), static_cast<size_t>(n));
     busy_.fetch_sub(1, std::memory_order_relaxed);
     park = !longRequest && othersBusy == 0 && nowNs - lastLongNs_.load(std::memory_order_relaxed) > kQuietNs;
+    // Spin only after a request answered here (while JS works on a forwarded one, the CPUs are its),
+    // in one-reader mode, and while the stream keeps coming back within the spin (or at its start).
+    const bool answeredHere = forwarded_.load(std::memory_order_relaxed) == forwardedBefore;
+    spin = park && answeredHere && (streaming || doneNs == 0);
+    doneNs = park && answeredHere ? SteadyNs() : 0;
   }
   exitedWorkers_.fetch_add(1);
   // A worker that leaves (unmounted: ENODEV) lets the next one find out too.
   poolCv_.notify_one();
+}
+
+int64_t Session::SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void Session::SpinUntilReadable() {
+  const int64_t startNs = SteadyNs();
+  struct pollfd p = {fd_, POLLIN, 0};
+  for (;;) {
+    p.revents = 0;
+    // Readable, or an error the read() that follows reports (ENODEV after unmount).
+    if (poll(&p, 1, 0) != 0 || stopping_.load(std::memory_order_relaxed)) {
+      spinHits_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (SteadyNs() - startNs > kSpinNs) {
+      spinTimeouts_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
 }
 
 bool Session::LongRequest(const uint8_t* message, size_t lengthBytes) {
@@ -982,6 +1021,8 @@ SessionStats Session::stats() const {
   s.servedReleases = servedReleases_.load();
   s.servedOpendirs = servedOpendirs_.load();
   s.servedReaddirs = servedReaddirs_.load();
+  s.spinHits = spinHits_.load();
+  s.spinTimeouts = spinTimeouts_.load();
   if (const Uring* u = uring_.load(std::memory_order_acquire)) s.uring = u->stats();
   {
     std::lock_guard<std::mutex> lock(nativeMutex_);
