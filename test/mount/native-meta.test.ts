@@ -493,8 +493,9 @@ print(json.dumps(out))`, path.join(mnt, 'kv', 'm', 'w'), path.join(mnt, '.cascad
     const after = engineStats(mnt);
     const hits = after.spinHits - before.spinHits;
     const timeouts = after.spinTimeouts - before.spinTimeouts;
-    assert.ok(hits > 0, `some requests were found by a spinning worker (hits ${hits}, timeouts ${timeouts})`);
     assert.ok(hits + timeouts <= after.requests - before.requests, 'at most one spin per request');
+    // Over io_uring (npm run test:uring) the queue threads take these requests, not the /dev/fuse workers.
+    if (after.uringQueues === 0) assert.ok(hits > 0, `some requests were found by a spinning worker (hits ${hits}, timeouts ${timeouts})`);
     // Idle: no request comes, so no worker spins, and the daemon's threads sleep (CPU time of its
     // process over 1 s, from /proc: utime + stime in clock ticks, 100 a second).
     const ticks = () => {
