@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <spawn.h>
@@ -304,6 +305,8 @@ void Session::SpinUntilReadable() {
       spinTimeouts_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
+    // Polite spinning: a thread that can run on this CPU (the caller, JS) runs at once.
+    sched_yield();
   }
 }
 
