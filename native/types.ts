@@ -310,6 +310,9 @@ export interface FuseSessionStats {
   touchedDropped: number;
   /** io_uring queues (0 without), requests through them, answers JS gave (handed to a queue thread), errors. */
   uringQueues: number;
+  /** Brief waits of JS for its next request (takeNext), and requests handed to it that way. */
+  jsWaits: number;
+  jsHandedOver: number;
   uringRequests: number;
   uringCrossThreadReplies: number;
   uringErrors: number;
@@ -350,6 +353,12 @@ export interface NativeFuseSessionBinding {
   unmount(): void;
   /** Arena handles of the blocks opened natively since the last call (for the store's recency and hits). */
   drainTouched(): number[];
+  /**
+   * Requests that came while JS, with no request in progress, waited briefly for the next one (in
+   * order; often none). It waits only while requests come back to back and none is queued for the
+   * event loop; the rest arrive through the request callback as before.
+   */
+  takeNext(): Buffer[];
   /** Native writes (options.arena): a new empty stage's id. ENOSPC when too many files are staged. */
   stageCreate(): number;
   /** WRITEs of `fh` land in stage `id` from now on (until the handle is released or the stage dropped). */

@@ -226,6 +226,8 @@ export class NativeFuseEngine {
   private readonly dirs = new Map<number, DirEntry[]>();
   private nextDir = 1;
   private unmounting: Promise<void> | undefined;
+  /** Requests JS is serving now (dispatch to reply). */
+  private inProgress = 0;
   private holdWarned = false;
   /** Whether the session maps the DRAM arena (settled at INIT). */
   private arena = false;
@@ -447,6 +449,7 @@ export class NativeFuseEngine {
     let work: Promise<Buffer | Buffer[] | undefined>;
     const observe = this.options.observe;
     const t0 = observe ? process.hrtime.bigint() : 0n;
+    this.inProgress++;
     try {
       work = this.serve(hdr, new P.Reader(request));
     } catch (e) {
@@ -454,17 +457,37 @@ export class NativeFuseEngine {
     }
     work.then(
       (payload) => {
-        this.reply(hdr.unique, 0, payload);
-        if (this.dirsToPublish.size > 0) this.publishDirs();
-        observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, 0);
+        try {
+          this.reply(hdr.unique, 0, payload);
+          if (this.dirsToPublish.size > 0) this.publishDirs();
+          observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, 0);
+        } finally {
+          this.served();
+        }
       },
       (e: unknown) => {
-        const errno = this.errnoFor(hdr, e);
-        this.reply(hdr.unique, errno);
-        if (this.dirsToPublish.size > 0) this.publishDirs();
-        observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, errno);
+        try {
+          const errno = this.errnoFor(hdr, e);
+          this.reply(hdr.unique, errno);
+          if (this.dirsToPublish.size > 0) this.publishDirs();
+          observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, errno);
+        } finally {
+          this.served();
+        }
       },
     );
+  }
+
+  /**
+   * A request was answered. With none left in progress, wait briefly for the next one (the session
+   * hands over what comes within its window; see takeNext) rather than sleep in the event loop, whose
+   * wakeup costs each trip through JS tens of microseconds.
+   */
+  private served(): void {
+    this.inProgress--;
+    const s = this.session;
+    if (this.inProgress !== 0 || s === undefined || this.unmounting !== undefined) return;
+    for (const request of s.takeNext()) this.dispatch(request);
   }
 
   private errnoFor(hdr: P.InHeader, e: unknown): number {

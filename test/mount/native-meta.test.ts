@@ -483,7 +483,7 @@ print(json.dumps(out))`, path.join(mnt, 'kv', 'm', 'w'), path.join(mnt, '.cascad
     assert.ok(opens >= 190, `opens answered in C++: ${opens} of 200`);
     assert.ok(after.forwarded - before.forwarded < 40, `requests that reached JS: ${after.forwarded - before.forwarded}`);
   });
-  it('a worker spins for the next request of a back-to-back stream, and an idle daemon stays idle', async () => {
+  it('a worker spins for the next request of a back-to-back stream, JS waits briefly for its next one, and an idle daemon stays idle', async () => {
     const mnt = await start('spin');
     const f = path.join(mnt, 'kv', 'm', 'a');
     fs.writeFileSync(f, 'small');
@@ -496,6 +496,14 @@ print(json.dumps(out))`, path.join(mnt, 'kv', 'm', 'w'), path.join(mnt, '.cascad
     assert.ok(hits + timeouts <= after.requests - before.requests, 'at most one spin per request');
     // Over io_uring (npm run test:uring) the queue threads take these requests, not the /dev/fuse workers.
     if (after.uringQueues === 0) assert.ok(hits > 0, `some requests were found by a spinning worker (hits ${hits}, timeouts ${timeouts})`);
+    // Creates go through JS (create, flush, release): JS, idle after each answer, takes the next
+    // request straight from the workers when it comes within its brief wait.
+    const js0 = engineStats(mnt);
+    for (let i = 0; i < 500; i++) fs.writeFileSync(path.join(mnt, 'kv', 'm', `c${i}`), `new ${i}`);
+    const js1 = engineStats(mnt);
+    assert.ok(js1.jsHandedOver - js0.jsHandedOver > 0, `some requests were handed to a waiting JS thread (waits ${js1.jsWaits - js0.jsWaits})`);
+    assert.ok(js1.jsHandedOver - js0.jsHandedOver <= js1.forwarded - js0.forwarded, 'only forwarded requests are handed over');
+    for (let i = 0; i < 500; i += 50) assert.equal(fs.readFileSync(path.join(mnt, 'kv', 'm', `c${i}`), 'utf8'), `new ${i}`);
     // Idle: no request comes, so no worker spins, and the daemon's threads sleep (CPU time of its
     // process over 1 s, from /proc: utime + stime in clock ticks, 100 a second).
     const ticks = () => {
