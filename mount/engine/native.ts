@@ -107,6 +107,8 @@ export const NODES_MAX = 4 * 1024 * 1024;
 export const OPEN_DIRS_MAX = 65_536;
 /** libfuse's default cache lifetimes: the same kernel caching as the fuse-native engine. */
 const VALIDITY: P.Validity = { entryMs: 1000, attrMs: 1000 };
+/** Requests JS takes straight from the workers (takeNext) before it lets the event loop run once. */
+const HANDOVER_CHAIN_MAX = 32;
 const NO_CACHE: P.Validity = { entryMs: 0, attrMs: 0 };
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
 /**
@@ -228,6 +230,8 @@ export class NativeFuseEngine {
   private unmounting: Promise<void> | undefined;
   /** Requests JS is serving now (dispatch to reply). */
   private inProgress = 0;
+  /** Requests handed over by takeNext since the event loop last had a turn. */
+  private handedOver = 0;
   private holdWarned = false;
   /** Whether the session maps the DRAM arena (settled at INIT). */
   private arena = false;
@@ -487,7 +491,20 @@ export class NativeFuseEngine {
     this.inProgress--;
     const s = this.session;
     if (this.inProgress !== 0 || s === undefined || this.unmounting !== undefined) return;
-    for (const request of s.takeNext()) this.dispatch(request);
+    // Requests answered from memory chain here without the event loop ever getting a turn (timers,
+    // I/O, signals): after HANDOVER_CHAIN_MAX of them JS goes back to it once.
+    if (this.handedOver >= HANDOVER_CHAIN_MAX) return;
+    const next = s.takeNext();
+    if (next.length === 0) return;
+    if (this.handedOver === 0) setImmediate(() => (this.handedOver = 0));
+    this.handedOver += next.length;
+    for (const request of next) {
+      try {
+        this.dispatch(request);
+      } catch (e) {
+        this.log(`dispatch: ${(e as Error).message}`); // never expected: dispatch answers its own errors
+      }
+    }
   }
 
   private errnoFor(hdr: P.InHeader, e: unknown): number {

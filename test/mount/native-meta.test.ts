@@ -6,13 +6,14 @@
  * answered in C++ keeps its version, blocks that left DRAM fall back to JS, never wrong bytes.
  */
 import * as assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as P from '../../mount/engine/fuse-proto';
 import { nativeBinding } from '../../native';
+import { LocalClient } from '../../mount/socket/client';
 import { canMount, Daemon } from './daemon';
 
 const MiB = 1024 * 1024;
@@ -518,5 +519,30 @@ print(json.dumps(out))`, path.join(mnt, 'kv', 'm', 'w'), path.join(mnt, '.cascad
     const used = ticks() - t0;
     assert.equal(engineStats(mnt).spinTimeouts - idle.spinTimeouts <= 2, true, 'no spinning while idle (the stats reads are the only requests)');
     assert.ok(used <= 10, `an idle daemon used ${used} ticks of CPU in 1 s (at most 10 = 0.1 s)`);
+  });
+  it('a stream of requests JS answers from memory still lets its event loop run (the same-node socket answers meanwhile)', async () => {
+    const mnt = await start('chain');
+    const f = path.join(mnt, 'kv', 'm', 'x');
+    fs.writeFileSync(f, 'chained');
+    const client = await LocalClient.connect(mnt);
+    try {
+      const before = engineStats(mnt);
+      // 2.5 s of getxattr of a missing attribute, one at a time: each goes to JS and is answered there.
+      const py = spawn('python3', ['-c', 'import os,sys,time\nn=0\nt=time.time()\nwhile time.time()-t<2.5:\n  try: os.getxattr(sys.argv[1], "user.none")\n  except OSError: pass\n  n+=1\nprint(n)', f]);
+      let out = '';
+      py.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      const exited = new Promise<number | null>((resolve) => py.on('exit', resolve));
+      await new Promise((r) => setTimeout(r, 500));
+      const t0 = Date.now();
+      assert.equal((await client.read(f)).toString(), 'chained');
+      const tookMs = Date.now() - t0;
+      assert.equal(await exited, 0);
+      const after = engineStats(mnt);
+      assert.ok(Number(out) > 1000, `the stream ran: ${out.trim()} requests`);
+      assert.ok(tookMs < 1000, `the socket's read took ${tookMs} ms during the stream`);
+      assert.ok(after.jsHandedOver - before.jsHandedOver > 0, 'the stream was handed to JS directly');
+    } finally {
+      await client.close();
+    }
   });
 });

@@ -248,7 +248,7 @@ void Session::Worker() {
       if (stopping_.load()) break;
       readers_++;
     }
-    if (spin) SpinUntilReadable();
+    const bool spunHit = spin && SpinUntilReadable();
     const ssize_t n = read(fd_, buffer.get(), bufferBytes_);
     {
       std::lock_guard<std::mutex> lock(poolMutex_);
@@ -270,7 +270,7 @@ void Session::Worker() {
     }
     // The next request of a back-to-back stream came within kSpinNs of the last answer (the spin, or
     // a read that blocked only briefly, saw it): spin again after this one.
-    const bool streaming = doneNs != 0 && nowNs - doneNs <= kSpinNs;
+    const bool streaming = spunHit || (!spin && doneNs != 0 && nowNs - doneNs <= kSpinNs);
     const unsigned othersBusy = busy_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t forwardedBefore = forwarded_.load(std::memory_order_relaxed);
     Handle(buffer.get(), static_cast<size_t>(n));
@@ -291,19 +291,21 @@ int64_t Session::SteadyNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void Session::SpinUntilReadable() {
+bool Session::SpinUntilReadable() {
   const int64_t startNs = SteadyNs();
   struct pollfd p = {fd_, POLLIN, 0};
   for (;;) {
     p.revents = 0;
+    const int rc = poll(&p, 1, 0);
     // Readable, or an error the read() that follows reports (ENODEV after unmount).
-    if (poll(&p, 1, 0) != 0 || stopping_.load(std::memory_order_relaxed)) {
+    if (rc > 0) {
       spinHits_.fetch_add(1, std::memory_order_relaxed);
-      return;
+      return true;
     }
+    if (rc < 0 || stopping_.load(std::memory_order_relaxed)) return false;  // the stop signal
     if (SteadyNs() - startNs > kSpinNs) {
       spinTimeouts_.fetch_add(1, std::memory_order_relaxed);
-      return;
+      return false;
     }
     // Polite spinning: a thread that can run on this CPU (the caller, JS) runs at once.
     sched_yield();

@@ -189,7 +189,8 @@ class Session {
   static bool LongRequest(const uint8_t* message, size_t lengthBytes);
   // A worker about to spend long on one request lets a parked worker take over reading /dev/fuse.
   void HandOffReading();
-  void SpinUntilReadable();
+  // Polls /dev/fuse up to kSpinNs; true if a request (or an error to read) is there.
+  bool SpinUntilReadable();
   static int64_t SteadyNs();
   static int WakeSignal();
   static void InstallWakeHandler();
