@@ -6,7 +6,6 @@
 #include <sched.h>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,10 +50,6 @@ struct DirectQueue {
     for (Request* r : direct) delete r;
   }
 };
-
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 Napi::Buffer<uint8_t> RequestBuffer(Napi::Env env, std::unique_ptr<Request> owned) {
   if (owned->size() >= kExternalRequestMinBytes) {
@@ -279,7 +274,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
       {
         std::lock_guard<std::mutex> lock(direct->mutex);
         if (direct->idleSinceNs != 0) {
-          direct->streaming = SteadyNowNs() - direct->idleSinceNs <= kJsSpinNs;
+          direct->streaming = engine::SteadyNs() - direct->idleSinceNs <= kJsSpinNs;
           direct->idleSinceNs = 0;
         }
         if (direct->jsWaiting && direct->direct.size() < kDirectMax) {
@@ -697,13 +692,13 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     {
       std::lock_guard<std::mutex> lock(q->mutex);
       if (q->inTsfn > 0) return out;  // the event loop delivers those first
-      q->idleSinceNs = SteadyNowNs();
+      q->idleSinceNs = engine::SteadyNs();
       if (!q->streaming) return out;
       q->jsWaiting = true;
     }
     q->waits.fetch_add(1, std::memory_order_relaxed);
-    const int64_t startNs = SteadyNowNs();
-    while (q->directCount.load(std::memory_order_acquire) == 0 && SteadyNowNs() - startNs <= kJsSpinNs) {
+    const int64_t startNs = engine::SteadyNs();
+    while (q->directCount.load(std::memory_order_acquire) == 0 && engine::SteadyNs() - startNs <= kJsSpinNs) {
       sched_yield();  // the caller and the workers run at once where they share this CPU
     }
     std::vector<Request*> taken;

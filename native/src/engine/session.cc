@@ -287,10 +287,6 @@ void Session::Worker() {
   poolCv_.notify_one();
 }
 
-int64_t Session::SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 bool Session::SpinUntilReadable() {
   const int64_t startNs = SteadyNs();
   struct pollfd p = {fd_, POLLIN, 0};

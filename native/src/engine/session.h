@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -60,6 +61,11 @@ constexpr int64_t kQuietNs = 50'000'000;
 // the next request this long before it blocks (Worker): a blocked worker's wakeup costs more than the
 // caller's turnaround, and a VM's idle vCPU more still.
 constexpr int64_t kSpinNs = 40'000;
+
+// The steady clock in nanoseconds (the spin windows here and in the binding's JS hand-over).
+inline int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 struct SessionOptions {
   std::string mountpoint;
@@ -191,7 +197,6 @@ class Session {
   void HandOffReading();
   // Polls /dev/fuse up to kSpinNs; true if a request (or an error to read) is there.
   bool SpinUntilReadable();
-  static int64_t SteadyNs();
   static int WakeSignal();
   static void InstallWakeHandler();
   void Handle(uint8_t* message, size_t lengthBytes);
