@@ -26,6 +26,14 @@ export const ALLOC_NATIVE_MIN_BYTES = 8 * MiB;
  * background thread once collected: freeing a 1 GiB buffer takes milliseconds, which would otherwise
  * land in a GC pause on the JS thread.
  */
+/**
+ * A page-aligned buffer (the native allocator maps whole pages), as O_DIRECT I/O needs; undefined
+ * without the addon.
+ */
+export function allocAligned(sizeBytes: number): Buffer | undefined {
+  return nativeBinding()?.allocBuffer(sizeBytes);
+}
+
 export function allocLarge(sizeBytes: number): Buffer {
   const native = nativeBinding();
   if (native === undefined || sizeBytes < ALLOC_NATIVE_MIN_BYTES) return Buffer.allocUnsafe(sizeBytes);

@@ -59,6 +59,11 @@ export interface StoreConfig {
   dramCapacityBytes: number;
   /** Disk tier capacity (default: unbounded; the filesystem's own limit applies). */
   diskCapacityBytes?: number;
+  /**
+   * Write the disk tier through the kernel page cache (default false: O_DIRECT appends where the
+   * filesystem takes them, so blocks are not copied into, and cached twice in, memory).
+   */
+  diskPageCache?: boolean;
   /** Sum of pinned block sizes allowed (default: half of DRAM). */
   pinQuotaBytes?: number;
   keepVersions?: number;
@@ -188,6 +193,8 @@ export interface StoreStats {
   versions: number;
   recovery: { lostVersions: number; orphanBlocksRemoved: number; quarantined: number };
   diskSyncFailures: number;
+  /** Bytes the disk tier appended with O_DIRECT (no page-cache copy) and through the page cache. */
+  diskAppends: { directBytes: number; bufferedBytes: number };
   gpu: GpuFigures;
   /** Faults injected under the disk tier by CASCADE_FAILPOINTS (tests only), by point. */
   faultsInjected?: Record<string, number>;
@@ -482,6 +489,7 @@ export class Store {
         (await DiskSegmentTier.open({
           dir: diskDir,
           capacityBytes: config.diskCapacityBytes,
+          directWrites: config.diskPageCache !== true,
           segmentTargetBytes: config.segmentTargetBytes,
           onMoved: (keys) => store?.republish(keys),
           onLost: (keys) => store?.requeueLost(new DiskSyncError(keys, new Error('fdatasync failed during compaction'))),
@@ -1099,6 +1107,7 @@ export class Store {
         quarantined: disk.recovery?.quarantined ?? 0,
       },
       diskSyncFailures: this.counters.diskSyncFailures,
+      diskAppends: disk.appendedBytes?.() ?? { directBytes: 0, bufferedBytes: 0 },
       gpu: this.gpuFigures(),
       faultsInjected: this.faults ? { ...this.faults.injected } : undefined,
       cluster: this.config.cluster
@@ -1429,8 +1438,8 @@ export class Store {
       groupBytes = 0;
       if (blocks.length === 0) return;
       try {
-        await writeMany(blocks, async (key, target) => {
-          const n = await this.dram.read(key, 0, target);
+        await writeMany(blocks, async (key, target, offsetBytes) => {
+          const n = await this.dram.read(key, offsetBytes, target);
           assert(n === target.length, 'a dirty block is whole in DRAM');
         }).catch((e: unknown) => Promise.reject(this.requeueLost(e)));
         for (const b of blocks) {

@@ -52,10 +52,14 @@ export interface Tier {
   write(key: string, data: Uint8Array): Promise<void>;
   /**
    * Store several blocks with as few appends as the tier can (a log-structured tier: one write per
-   * run of records): `fill` puts each block's bytes into the target the tier hands it. Keys present are
-   * skipped. Same failure rules as write(), per record. Optional: without it, write() is called per block.
+   * run of records): `fill` puts the block's bytes [offsetBytes, offsetBytes + target.length) into the
+   * target the tier hands it (a large block may come in pieces). Keys present are skipped. Same failure
+   * rules as write(), per record. Optional: without it, write() is called per block.
    */
-  writeMany?(blocks: ReadonlyArray<{ key: string; sizeBytes: number }>, fill: (key: string, target: Uint8Array) => Promise<void>): Promise<void>;
+  writeMany?(
+    blocks: ReadonlyArray<{ key: string; sizeBytes: number }>,
+    fill: (key: string, target: Uint8Array, offsetBytes: number) => Promise<void>,
+  ): Promise<void>;
   /**
    * Fill `target` with bytes [offsetBytes, offsetBytes + target.length) of the block, clipped at its
    * end; returns the count filled. ENOENT when absent, ECORRUPT when stored bytes fail their check.

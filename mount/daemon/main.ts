@@ -34,6 +34,8 @@ export interface MountOptions {
   metrics?: { host: string; port: number };
   keepVersions?: number;
   kernelCache?: boolean;
+  /** Disk tier writes through the page cache instead of O_DIRECT (StoreConfig.diskPageCache). */
+  diskPageCache?: boolean;
   /** libfuse's per-request trace on stderr. */
   debug?: boolean;
   /** Which FUSE engine serves the mount (default auto). */
@@ -110,6 +112,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
       pinQuotaBytes: opts.pinQuotaBytes,
       dramWatermarks: opts.dramWatermarks,
       diskCapacityBytes: opts.diskBytes,
+      diskPageCache: opts.diskPageCache,
       gpu: opts.gpu,
       keepVersions: opts.keepVersions,
       log: (m) => log(`cascade: ${m}`, 'warn'),

@@ -27,6 +27,7 @@ import {
 } from '../constants';
 import { assert, CascadeError } from '../errors';
 import type { Tier, TierEntry, TierStats } from '../tier';
+import { allocAligned } from '../copy';
 import { sha256Hex } from '../hash';
 import { mkdirAll } from '../mkdir';
 
@@ -71,6 +72,11 @@ export interface DiskTierOptions {
   segmentTargetBytes?: number;
   compactDeadFraction?: number;
   io?: DiskIo;
+  /**
+   * Append grouped records with O_DIRECT where the filesystem takes it (default true): no copy into the
+   * page cache. Reads stay buffered.
+   */
+  directWrites?: boolean;
   /** Called for every record skipped at open (damaged or torn); the tier also appends it to quarantine.log. */
   onQuarantine?: (event: QuarantineEvent) => void;
   /**
@@ -124,6 +130,13 @@ interface Segment {
   id: number;
   file: string;
   fd: number;
+  /**
+   * The same file opened with O_DIRECT, for appends from the page-aligned staging buffer: the bytes go
+   * from memory to the device without a copy into the page cache (which would also hold a second copy
+   * of blocks the DRAM tier already holds). Undefined where the filesystem refuses O_DIRECT (tmpfs), for
+   * a sealed segment, and with fault-injected I/O.
+   */
+  directFd?: number;
   endBytes: number; // next append position (file length)
   sealed: boolean;
   deadBytes: number;
@@ -212,6 +225,11 @@ export class DiskSegmentTier implements Tier {
   private compactions = 0;
   private closed = false;
   private staging: Buffer | undefined;
+  private stagingAligned = false;
+  private directBytes = 0;
+  private bufferedBytes = 0;
+  /** false once the filesystem refused O_DIRECT (or when directWrites is off). */
+  private directOk: boolean;
   private readonly segDir: string;
   private readonly segmentTargetBytes: number;
   private readonly compactDeadFraction: number;
@@ -223,6 +241,7 @@ export class DiskSegmentTier implements Tier {
     this.segmentTargetBytes = options.segmentTargetBytes ?? SEGMENT_TARGET_BYTES_DEFAULT;
     this.compactDeadFraction = options.compactDeadFraction ?? COMPACT_DEAD_FRACTION_DEFAULT;
     this.io = options.io ?? realDiskIo;
+    this.directOk = (options.directWrites ?? true) && this.io === realDiskIo;
     this.onQuarantine = options.onQuarantine;
     this.segDir = path.join(options.dir, 'segments');
     if (!(this.capacityBytes >= 0)) throw new CascadeError('EINVAL', 'disk capacityBytes must be >= 0');
@@ -279,7 +298,7 @@ export class DiskSegmentTier implements Tier {
     });
   }
 
-  writeMany(blocks: ReadonlyArray<{ key: string; sizeBytes: number }>, fill: (key: string, target: Uint8Array) => Promise<void>): Promise<void> {
+  writeMany(blocks: ReadonlyArray<{ key: string; sizeBytes: number }>, fill: (key: string, target: Uint8Array, offsetBytes: number) => Promise<void>): Promise<void> {
     this.checkOpen();
     return this.serial(async () => {
       const seen = new Set<string>();
@@ -308,25 +327,73 @@ export class DiskSegmentTier implements Tier {
     });
   }
 
-  /** Lay out a run of records in one buffer and append it with one write; indexes them (unsynced). */
+  /**
+   * Lay out a run of records in the staging buffer and append it with one write; indexes them
+   * (unsynced). A record larger than the staging buffer goes alone, through it in pieces.
+   */
   private async appendRun(
     seg: Segment,
     run: ReadonlyArray<{ key: string; sizeBytes: number }>,
     runBytes: number,
-    fill: (key: string, target: Uint8Array) => Promise<void>,
+    fill: (key: string, target: Uint8Array, offsetBytes: number) => Promise<void>,
   ): Promise<void> {
-    const buf = runBytes <= APPEND_BATCH_BYTES_MAX ? this.stagingBuffer().subarray(0, runBytes) : Buffer.allocUnsafe(runBytes);
-    let at = 0;
-    for (const r of run) {
-      const payloadAt = at + RECORD_ALIGN_BYTES;
-      encodeHeader(r.key, r.sizeBytes).copy(buf, at);
-      await fill(r.key, buf.subarray(payloadAt, payloadAt + r.sizeBytes));
-      at += recordBytes(r.sizeBytes);
-      buf.fill(0, payloadAt + r.sizeBytes, at); // padding: the staging buffer holds old bytes
+    const buf = this.stagingBuffer();
+    // O_DIRECT needs the buffer, offset and length 4 KiB-aligned: records are, and so is the buffer.
+    const direct = this.stagingAligned && seg.directFd !== undefined;
+    const put = async (part: Buffer, position: number): Promise<void> => {
+      if (direct && seg.directFd !== undefined) {
+        try {
+          await writeFully(seg.directFd, [part], position, this.io);
+          this.directBytes += part.length;
+          return;
+        } catch (e) {
+          // A filesystem that opens with O_DIRECT but wants another alignment: buffered from now on.
+          if ((e as { code?: unknown }).code !== 'EINVAL') throw e;
+          this.directOk = false;
+          for (const s of this.segments.values()) this.closeDirect(s);
+        }
+      }
+      await writeFully(seg.fd, [part], position, this.io);
+      this.bufferedBytes += part.length;
+    };
+    let offset: number;
+    if (runBytes <= buf.length) {
+      let at = 0;
+      for (const r of run) {
+        const payloadAt = at + RECORD_ALIGN_BYTES;
+        encodeHeader(r.key, r.sizeBytes).copy(buf, at);
+        await fill(r.key, buf.subarray(payloadAt, payloadAt + r.sizeBytes), 0);
+        at += recordBytes(r.sizeBytes);
+        buf.fill(0, payloadAt + r.sizeBytes, at); // padding: the staging buffer holds old bytes
+      }
+      assert(at === runBytes, 'a run is laid out to its computed length');
+      offset = await this.appendBytes(seg, runBytes, (start) => put(buf.subarray(0, runBytes), start));
+    } else {
+      assert(run.length === 1, 'a record over the staging size goes alone');
+      const r = run[0];
+      offset = await this.appendBytes(seg, runBytes, async (start) => {
+        let done = 0; // payload bytes written
+        let pos = start;
+        while (pos < start + runBytes) {
+          let at = 0;
+          if (done === 0) {
+            encodeHeader(r.key, r.sizeBytes).copy(buf, 0);
+            buf.fill(0, RECORD_HEADER_BYTES, RECORD_ALIGN_BYTES);
+            at = RECORD_ALIGN_BYTES;
+          }
+          const n = Math.min(r.sizeBytes - done, buf.length - at);
+          await fill(r.key, buf.subarray(at, at + n), done);
+          done += n;
+          at += n;
+          const padded = alignUp(at);
+          buf.fill(0, at, padded);
+          await put(buf.subarray(0, padded), pos);
+          pos += padded;
+        }
+        assert(done === r.sizeBytes && pos === start + runBytes, 'a large record is written to its computed length');
+      });
     }
-    assert(at === runBytes, 'a run is laid out to its computed length');
-    const offset = await this.appendBytes(seg, [buf], runBytes);
-    at = offset;
+    let at = offset;
     for (const r of run) {
       this.index.set(r.key, { segment: seg, offsetBytes: at, sizeBytes: r.sizeBytes });
       seg.unsynced.push(r.key);
@@ -339,12 +406,12 @@ export class DiskSegmentTier implements Tier {
    * reserved before the write, so a failed write leaves a hole that recovery skips, never a visible key;
    * after a failure the file's state is unknown, so it takes no more appends (what was synced stays).
    */
-  private async appendBytes(seg: Segment, parts: Uint8Array[], lengthBytes: number): Promise<number> {
+  private async appendBytes(seg: Segment, lengthBytes: number, write: (offsetBytes: number) => Promise<void>): Promise<number> {
     const offset = seg.endBytes;
     seg.endBytes += lengthBytes;
     this.fileBytes += lengthBytes;
     try {
-      await writeFully(seg.fd, parts, offset, this.io);
+      await write(offset);
     } catch (e) {
       seg.deadBytes += lengthBytes;
       seg.sealed = true;
@@ -355,9 +422,16 @@ export class DiskSegmentTier implements Tier {
     return offset;
   }
 
-  /** One staging buffer for grouped appends (they run one at a time, under serial()). */
+  /**
+   * One staging buffer for grouped appends (they run one at a time, under serial()). From the native
+   * allocator (mmap: page-aligned, as O_DIRECT needs) when there is one.
+   */
   private stagingBuffer(): Buffer {
-    this.staging ??= Buffer.allocUnsafe(APPEND_BATCH_BYTES_MAX);
+    if (this.staging === undefined) {
+      this.staging = allocAligned(APPEND_BATCH_BYTES_MAX);
+      this.stagingAligned = this.staging !== undefined;
+      this.staging ??= Buffer.allocUnsafe(APPEND_BATCH_BYTES_MAX);
+    }
     return this.staging;
   }
 
@@ -370,7 +444,10 @@ export class DiskSegmentTier implements Tier {
     const seg = await this.activeFor(need);
     const pad = alignUp(data.length) - data.length;
     const parts = pad > 0 ? [encodeHeader(key, data.length), data, Buffer.alloc(pad)] : [encodeHeader(key, data.length), data];
-    const offset = await this.appendBytes(seg, parts, need);
+    const offset = await this.appendBytes(seg, need, async (start) => {
+      await writeFully(seg.fd, parts, start, this.io);
+      this.bufferedBytes += need;
+    });
     this.index.set(key, { segment: seg, offsetBytes: offset, sizeBytes: data.length });
     seg.unsynced.push(key);
     return seg;
@@ -504,6 +581,11 @@ export class DiskSegmentTier implements Tier {
     return this.fileBytes;
   }
 
+  /** Bytes appended with O_DIRECT and through the page cache since open. */
+  appendedBytes(): { directBytes: number; bufferedBytes: number } {
+    return { directBytes: this.directBytes, bufferedBytes: this.bufferedBytes };
+  }
+
   compactionCount(): number {
     return this.compactions;
   }
@@ -522,6 +604,7 @@ export class DiskSegmentTier implements Tier {
     // A clean close indexes the active segment too, so the next open reads no record twice.
     for (const seg of this.segments.values()) {
       if (!seg.sealed && seg.unsynced.length === 0) this.writeIndex(seg);
+      this.closeDirect(seg);
       fs.closeSync(seg.fd);
     }
     this.segments.clear();
@@ -574,10 +657,31 @@ export class DiskSegmentTier implements Tier {
     const file = path.join(this.segDir, `${segName(id)}.log`);
     const fd = fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o600);
     fsyncPath(this.segDir);
-    const seg: Segment = { id, file, fd, endBytes: 0, sealed: false, deadBytes: 0, unsynced: [], readers: 0, compacting: false };
+    const directFd = this.openDirect(file);
+    const seg: Segment = { id, file, fd, directFd, endBytes: 0, sealed: false, deadBytes: 0, unsynced: [], readers: 0, compacting: false };
     this.segments.set(id, seg);
     this.active = seg;
     return seg;
+  }
+
+  /** The segment file opened again with O_DIRECT for appends, or undefined where that is refused. */
+  private openDirect(file: string): number | undefined {
+    if (!this.directOk || fs.constants.O_DIRECT === undefined) return undefined;
+    try {
+      return fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_DIRECT);
+    } catch (e) {
+      // EINVAL: the filesystem has no O_DIRECT (tmpfs, some FUSE filesystems): buffered from now on.
+      this.directOk = false;
+      if ((e as { code?: unknown }).code !== 'EINVAL') throw e;
+      return undefined;
+    }
+  }
+
+  /** No more appends to seg: its O_DIRECT descriptor goes. */
+  private closeDirect(seg: Segment): void {
+    if (seg.directFd === undefined) return;
+    fs.closeSync(seg.directFd);
+    seg.directFd = undefined;
   }
 
   /**
@@ -616,6 +720,7 @@ export class DiskSegmentTier implements Tier {
     if (failed) throw failed;
     seg.sealed = true;
     if (this.active === seg) this.active = undefined;
+    this.closeDirect(seg);
     this.writeIndex(seg);
   }
 
@@ -823,6 +928,7 @@ export class DiskSegmentTier implements Tier {
     while (seg.readers > 0) await new Promise((r) => setTimeout(r, 1));
     assert(![...this.index.values()].some((loc) => loc.segment === seg), 'compacted segment has no live record');
     this.segments.delete(seg.id);
+    this.closeDirect(seg);
     fs.closeSync(seg.fd);
     fs.rmSync(path.join(this.segDir, `${segName(seg.id)}.idx`), { force: true });
     fs.rmSync(seg.file);
