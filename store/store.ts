@@ -1484,10 +1484,21 @@ export class Store {
       this.locks.with(key, async () => {
         const size = this.dirty.get(key);
         if (size === undefined) return; // reclaimed or flushed meanwhile
-        const buf = Buffer.allocUnsafe(size);
-        const n = await this.dram.read(key, 0, buf);
-        assert(n === size, 'a dirty block is whole in DRAM');
-        await this.disk.write(key, buf).catch((e: unknown) => Promise.reject(this.requeueLost(e)));
+        const writeMany = this.disk.writeMany?.bind(this.disk);
+        let written: Promise<void>;
+        if (writeMany !== undefined) {
+          // In pieces through the disk tier's staging buffer: no buffer of the block's size.
+          written = writeMany([{ key, sizeBytes: size }], async (_key, target, offsetBytes) => {
+            const n = await this.dram.read(key, offsetBytes, target);
+            assert(n === target.length, 'a dirty block is whole in DRAM');
+          });
+        } else {
+          const buf = Buffer.allocUnsafe(size);
+          const n = await this.dram.read(key, 0, buf);
+          assert(n === size, 'a dirty block is whole in DRAM');
+          written = this.disk.write(key, buf);
+        }
+        await written.catch((e: unknown) => Promise.reject(this.requeueLost(e)));
         this.clearDirty(key);
         this.unsynced.add(key);
         this.counters.flushedBlocks++;
