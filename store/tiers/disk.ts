@@ -498,9 +498,15 @@ export class DiskSegmentTier implements Tier {
     const seg = loc.segment;
     seg.readers++;
     try {
-      await this.checkHeader(key, loc);
-      const got = await fill(seg.fd, loc.offsetBytes + RECORD_ALIGN_BYTES).catch((e: unknown) => Promise.reject(readFailed(seg.file, e)));
-      if (got !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
+      // Header and payload are read at once: a cold block costs one trip to the device, not two in a
+      // row. The filled bytes count only if the header checks out too (the caller frees them if not).
+      const [header, filled] = await Promise.allSettled([
+        this.checkHeader(key, loc),
+        fill(seg.fd, loc.offsetBytes + RECORD_ALIGN_BYTES).catch((e: unknown) => Promise.reject(readFailed(seg.file, e))),
+      ]);
+      if (header.status === 'rejected') throw header.reason;
+      if (filled.status === 'rejected') throw filled.reason;
+      if (filled.value !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
     } finally {
       seg.readers--;
     }

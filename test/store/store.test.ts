@@ -431,6 +431,20 @@ describe('Store', function () {
     await rejectsWith(() => store.get('m/big'), 'EIO'); // quarantined: in no tier now
     assert.ok((await store.get('m/small')).equals(small), 'its neighbour is intact');
     await store.close();
+
+    // A damaged header, its payload intact: header and payload are read at once, and the load is
+    // refused all the same.
+    const file = path.join(dir, 'segments', seg);
+    const bytes = fs.readFileSync(file);
+    const at = bytes.indexOf(Buffer.from(sha256(small), 'hex'));
+    assert.ok(at > 0 && at % RECORD_ALIGN_BYTES === 16, 'the small block has a record header');
+    const fd2 = fs.openSync(file, 'r+');
+    fs.writeSync(fd2, Buffer.from([bytes[at] ^ 0x01]), 0, 1, at);
+    fs.closeSync(fd2);
+    store = await open(dir, native);
+    await rejectsWith(async () => (await store.holdInDram(await store.resolve('m/small'))).release(), 'ECORRUPT');
+    assert.notEqual((await store.stat('m/small')).tier, 'dram');
+    await store.close();
   });
 
   it('the shared-memory DRAM tier works end to end (pre-faulted arena)', async () => {

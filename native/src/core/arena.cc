@@ -27,8 +27,12 @@ std::string Errno(const char* what) {
 }
 
 // FillFromFile reads and hashes in pieces of this size: small enough to stay in cache between the
-// read and the hash, large enough that a syscall per piece costs nothing.
-constexpr uint64_t kFillChunkBytes = 1 << 20;
+// read and the hash, and that the hash of the last piece (what is left once the device is done) is
+// short; large enough that a syscall per piece costs nothing. (1 MiB left ~0.6 ms of hashing after
+// the last byte arrived.)
+constexpr uint64_t kFillChunkBytes = 256 * 1024;
+// ... and keeps this much requested from the device ahead of the piece it reads.
+constexpr uint64_t kFillAheadBytes = 1 << 20;
 
 }  // namespace
 
@@ -594,9 +598,12 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, st
   Status s = BeginCopy(handle, &slot);
   if (s != Status::kOk) return s;
   const uint32_t index = static_cast<uint32_t>((handle & ((uint64_t{1} << kHandleSlotBits) - 1)) - 1);
-  // The kernel reads ahead the whole range while the first pieces are hashed (a cold block overlaps
-  // disk and hash instead of taking their sum).
-  (void)posix_fadvise(fd, static_cast<off_t>(fileOffsetBytes), static_cast<off_t>(slot->sizeBytes), POSIX_FADV_WILLNEED);
+  // The kernel reads a window ahead of the piece being hashed, a piece more after each: a cold block
+  // overlaps disk and hash instead of taking their sum. (Advising the whole block at once made it one
+  // request to the device, so hashing could start only once all of it had arrived.)
+  const uint64_t end = fileOffsetBytes + slot->sizeBytes;
+  uint64_t advised = std::min(end, fileOffsetBytes + kFillAheadBytes);
+  (void)posix_fadvise(fd, static_cast<off_t>(fileOffsetBytes), static_cast<off_t>(advised - fileOffsetBytes), POSIX_FADV_WILLNEED);
   Sha256 hasher;
   uint64_t left = slot->sizeBytes, pos = fileOffsetBytes;
   for (size_t i = 0; s == Status::kOk && left > 0 && i < slot->runs.size(); i++) {
@@ -610,6 +617,11 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, st
         *error = n < 0 ? std::string("pread: ") + strerror(errno) : "pread: the file ends before the block";
         s = Status::kIo;
         break;
+      }
+      if (advised < end) {
+        const uint64_t more = std::min(end - advised, kFillChunkBytes);
+        (void)posix_fadvise(fd, static_cast<off_t>(advised), static_cast<off_t>(more), POSIX_FADV_WILLNEED);
+        advised += more;
       }
       s = hasher.Update(at, static_cast<uint64_t>(n));
       at += n;
