@@ -82,8 +82,10 @@ export interface NativeArenaBinding {
   /**
    * Read the block's whole size from `fd` at `fileOffsetBytes` into it on a worker thread, hashing as
    * the bytes land; resolves to their SHA-256 (hex). EIO on a read error or a file that ends early.
+   * aheadBytes (at most 64 MiB, else EINVAL): the kernel is also asked to read that much past the
+   * block (the next records of a segment read in order); 0 for none.
    */
-  fillFromFileAsync(handle: number, fd: number, fileOffsetBytes: number): Promise<string>;
+  fillFromFileAsync(handle: number, fd: number, fileOffsetBytes: number, aheadBytes: number): Promise<string>;
   /** Unmap (after copies in flight finish). Later calls throw EBADF. */
   close(): void;
 }

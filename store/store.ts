@@ -1320,7 +1320,7 @@ export class Store {
     if (arena === undefined || !(disk instanceof DiskSegmentTier) || !disk.readsWith() || !disk.has(sha) || this.gpu?.has(sha)) return undefined;
     return () =>
       (dram as NativeArenaTier).adopt(sha, sizeBytes, async (handle) => {
-        await disk.readWith(sha, (fd, payloadOffsetBytes) => arena.fillFromFileAsync(handle, fd, payloadOffsetBytes));
+        await disk.readWith(sha, (fd, payloadOffsetBytes, aheadBytes) => arena.fillFromFileAsync(handle, fd, payloadOffsetBytes, aheadBytes));
         return sha; // readWith checked the bytes' SHA-256
       });
   }

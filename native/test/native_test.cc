@@ -345,13 +345,16 @@ void TestFillFromFile() {
   uint64_t h = 0;
   EXPECT(a->Allocate(data.size(), &h) == Status::kOk);
   std::string hex, why;
-  EXPECT(a->FillFromFile(h, fd, 8192, &hex, &why) == Status::kOk && hex == want);
+  EXPECT(a->FillFromFile(h, fd, 8192, 0, &hex, &why) == Status::kOk && hex == want);
   std::vector<uint8_t> back(data.size());
   uint64_t n = 0;
   EXPECT(a->Read(h, 0, back.data(), back.size(), &n) == Status::kOk && n == data.size() && back == data);
-  EXPECT(a->FillFromFile(h, fd, 8192 + 4096, &hex, &why) == Status::kIo && !why.empty());  // ends early
+  // Read-ahead past the block (past the file's end here) changes nothing of what lands.
+  EXPECT(a->FillFromFile(h, fd, 8192, 4 << 20, &hex, &why) == Status::kOk && hex == want);
+  EXPECT(a->FillFromFile(h, fd, 8192, kFillAheadMaxBytes + 1, &hex, &why) == Status::kInvalid);
+  EXPECT(a->FillFromFile(h, fd, 8192 + 4096, 0, &hex, &why) == Status::kIo && !why.empty());  // ends early
   EXPECT(a->Free(h) == Status::kOk);
-  EXPECT(a->FillFromFile(h, fd, 8192, &hex, &why) == Status::kStale);
+  EXPECT(a->FillFromFile(h, fd, 8192, 0, &hex, &why) == Status::kStale);
   close(fd);
   delete a;
 }

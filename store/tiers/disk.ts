@@ -43,6 +43,12 @@ const IO_CHUNK_BYTES = 1 * GiB;
  * bytes and written with one pwrite (a record larger than this goes alone, in a buffer of its own).
  */
 export const APPEND_BATCH_BYTES_MAX = 8 * 1024 * 1024;
+/**
+ * A load that follows the previous one in its segment (forward, within this distance: blocks written
+ * in order, read in order; resident ones skipped) asks the kernel to read this much past it, so the
+ * next loads find their bytes in the page cache instead of waiting for the device.
+ */
+export const READ_AHEAD_BYTES = 8 * 1024 * 1024;
 /** close() waits this long for reads in flight before it closes the segment files anyway. */
 const CLOSE_READERS_WAIT_MS = 10_000;
 
@@ -144,6 +150,8 @@ interface Segment {
   unsynced: string[];
   readers: number;
   compacting: boolean;
+  /** Where the record last loaded with readWith ends (read-ahead follows loads in record order). */
+  lastLoadEndBytes?: number;
 }
 
 export function recordBytes(sizeBytes: number): number {
@@ -490,19 +498,24 @@ export class DiskSegmentTier implements Tier {
    * lands the bytes in their final memory and hashes them on the way: no buffer, no second copy), with
    * read()'s checks: the header against the index, the bytes' SHA-256 against the key (ECORRUPT).
    */
-  async readWith(key: string, fill: (fd: number, payloadOffsetBytes: number) => Promise<string>): Promise<void> {
+  async readWith(key: string, fill: (fd: number, payloadOffsetBytes: number, aheadBytes: number) => Promise<string>): Promise<void> {
     this.checkOpen();
     assert(this.readsWith(), 'readWith only with the real disk I/O');
     const loc = this.index.get(key);
     if (!loc) throw new CascadeError('ENOENT', `block ${key} is not on disk`);
     const seg = loc.segment;
+    const end = loc.offsetBytes + recordBytes(loc.sizeBytes);
+    const last = seg.lastLoadEndBytes;
+    const inOrder = last !== undefined && loc.offsetBytes >= last && loc.offsetBytes <= last + READ_AHEAD_BYTES;
+    const aheadBytes = inOrder ? Math.max(0, Math.min(READ_AHEAD_BYTES, seg.endBytes - end)) : 0;
+    seg.lastLoadEndBytes = end;
     seg.readers++;
     try {
       // Header and payload are read at once: a cold block costs one trip to the device, not two in a
       // row. The filled bytes count only if the header checks out too (the caller frees them if not).
       const [header, filled] = await Promise.allSettled([
         this.checkHeader(key, loc),
-        fill(seg.fd, loc.offsetBytes + RECORD_ALIGN_BYTES).catch((e: unknown) => Promise.reject(readFailed(seg.file, e))),
+        fill(seg.fd, loc.offsetBytes + RECORD_ALIGN_BYTES, aheadBytes).catch((e: unknown) => Promise.reject(readFailed(seg.file, e))),
       ]);
       if (header.status === 'rejected') throw header.reason;
       if (filled.status === 'rejected') throw filled.reason;

@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { RECORD_ALIGN_BYTES } from '../../store/constants';
-import { APPEND_BATCH_BYTES_MAX, DiskSegmentTier, DiskSyncError, realDiskIo, type DiskIo, type QuarantineEvent } from '../../store/tiers/disk';
+import { APPEND_BATCH_BYTES_MAX, READ_AHEAD_BYTES, DiskSegmentTier, DiskSyncError, realDiskIo, type DiskIo, type QuarantineEvent } from '../../store/tiers/disk';
 import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from './helpers';
 import { tierConformance } from './tier-conformance';
 
@@ -270,6 +270,27 @@ describe('DiskSegmentTier: segments and recovery', () => {
       await tier.close();
     });
   }
+  it('readWith asks for read-ahead only for loads that follow the previous one in their segment', async () => {
+    const tier = await DiskSegmentTier.open({ dir });
+    const list = [0, 1, 2, 3, 4].map((i) => seededBytes(50 + i, 1024 * 1024));
+    for (const d of list) await tier.write(sha256(d), d); // one record each, in this order
+    const keys = list.map((d) => sha256(d));
+    const asked: number[] = [];
+    const load = (i: number) =>
+      tier.readWith(keys[i], async (_fd, _offset, aheadBytes) => {
+        asked.push(aheadBytes);
+        return keys[i];
+      });
+    const record = RECORD_ALIGN_BYTES + 1024 * 1024;
+    await load(0); // first load of the segment: no guess
+    await load(1); // right after it: the rest of the segment (3 records), under READ_AHEAD_BYTES
+    await load(3); // forward past one (resident, say): still in order
+    await load(0); // backwards: random
+    await load(2); // forward from 0's end, within the window
+    assert.deepEqual(asked, [0, 3 * record, record, 0, 2 * record]);
+    assert.ok(READ_AHEAD_BYTES >= 4 * record);
+    await tier.close();
+  });
   it('writeMany: a failed append leaves none of its run visible; a record above the staging size goes alone', async () => {
     let failWrites = 1;
     const io: DiskIo = {

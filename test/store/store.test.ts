@@ -405,7 +405,7 @@ describe('Store', function () {
     let fills = 0;
     const fill = arena.fillFromFileAsync.bind(arena);
     // The binding's methods are read-only on its prototype: shadow this one on the instance.
-    Object.defineProperty(arena, 'fillFromFileAsync', { value: (h: number, fd: number, off: number) => (fills++, fill(h, fd, off)) });
+    Object.defineProperty(arena, 'fillFromFileAsync', { value: (h: number, fd: number, off: number, ahead: number) => (fills++, fill(h, fd, off, ahead)) });
     for (const [name, bytes] of [['m/big', data], ['m/small', small]] as const) {
       const hits = { ...(await store.stats()).hits };
       const hold = await store.holdInDram(await store.resolve(name));

@@ -185,7 +185,7 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
 
   // sha256Async(handle): the block's SHA-256 (hex), hashed on a worker thread.
   Napi::Value Sha256Async(const Napi::CallbackInfo& info);
-  // fillFromFileAsync(handle, fd, fileOffsetBytes): read the block's bytes from the file into it on a
+  // fillFromFileAsync(handle, fd, fileOffsetBytes, aheadBytes): read the block's bytes from the file into it on a
   // worker thread, hashing them as they land; resolves to the SHA-256 (hex) of what was read.
   Napi::Value FillFromFileAsync(const Napi::CallbackInfo& info);
   Napi::Value QueueWork(const Napi::CallbackInfo& info, PromiseWorker* worker);
@@ -321,30 +321,36 @@ Napi::Value ArenaWrap::QueueWork(const Napi::CallbackInfo& info, PromiseWorker* 
 
 class ArenaFillWorker : public ArenaHexWorker {
  public:
-  ArenaFillWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle, int fd, uint64_t fileOffsetBytes)
-      : ArenaHexWorker(env, "cascade.arena.fillFromFile", owner, arena, handle), fd_(fd), fileOffsetBytes_(fileOffsetBytes) {}
+  ArenaFillWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle, int fd, uint64_t fileOffsetBytes, uint64_t aheadBytes)
+      : ArenaHexWorker(env, "cascade.arena.fillFromFile", owner, arena, handle), fd_(fd), fileOffsetBytes_(fileOffsetBytes), aheadBytes_(aheadBytes) {}
   void Execute() override {
     std::string why;
-    status_ = arena_->FillFromFile(handle_, fd_, fileOffsetBytes_, &hex_, &why);
+    status_ = arena_->FillFromFile(handle_, fd_, fileOffsetBytes_, aheadBytes_, &hex_, &why);
     if (status_ != Status::kOk) message_ = "arena: cannot fill block " + std::to_string(handle_) + (why.empty() ? "" : ": " + why);
   }
 
  private:
   int fd_;
   uint64_t fileOffsetBytes_;
+  uint64_t aheadBytes_;
 };
 
 Napi::Value ArenaWrap::FillFromFileAsync(const Napi::CallbackInfo& info) {
   Arena* a = Open(info);
-  uint64_t handle, fd, offset;
-  if (a == nullptr || !ArgU64(info, 0, "handle", &handle) || !ArgU64(info, 1, "fd", &fd) || !ArgU64(info, 2, "fileOffsetBytes", &offset)) {
+  uint64_t handle, fd, offset, ahead;
+  if (a == nullptr || !ArgU64(info, 0, "handle", &handle) || !ArgU64(info, 1, "fd", &fd) || !ArgU64(info, 2, "fileOffsetBytes", &offset) ||
+      !ArgU64(info, 3, "aheadBytes", &ahead)) {
     return info.Env().Undefined();
   }
   if (fd > 0x7fffffff) {
     ThrowCode(info.Env(), "EINVAL", "fd must be an open file descriptor");
     return info.Env().Undefined();
   }
-  return QueueWork(info, new ArenaFillWorker(info.Env(), this, a, handle, static_cast<int>(fd), offset));
+  if (ahead > kFillAheadMaxBytes) {
+    ThrowCode(info.Env(), "EINVAL", "aheadBytes is over " + std::to_string(kFillAheadMaxBytes));
+    return info.Env().Undefined();
+  }
+  return QueueWork(info, new ArenaFillWorker(info.Env(), this, a, handle, static_cast<int>(fd), offset, ahead));
 }
 
 Napi::FunctionReference* arenaConstructor = nullptr;

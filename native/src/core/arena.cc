@@ -593,7 +593,8 @@ Status Arena::Hash(uint64_t handle, std::string* hex) {
   return s;
 }
 
-Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, std::string* hex, std::string* error) {
+Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, uint64_t aheadBytes, std::string* hex, std::string* error) {
+  if (aheadBytes > kFillAheadMaxBytes) return Status::kInvalid;
   Slot* slot;
   Status s = BeginCopy(handle, &slot);
   if (s != Status::kOk) return s;
@@ -604,6 +605,7 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, st
   const uint64_t end = fileOffsetBytes + slot->sizeBytes;
   uint64_t advised = std::min(end, fileOffsetBytes + kFillAheadBytes);
   (void)posix_fadvise(fd, static_cast<off_t>(fileOffsetBytes), static_cast<off_t>(advised - fileOffsetBytes), POSIX_FADV_WILLNEED);
+  if (advised == end && aheadBytes > 0) (void)posix_fadvise(fd, static_cast<off_t>(end), static_cast<off_t>(aheadBytes), POSIX_FADV_WILLNEED);
   Sha256 hasher;
   uint64_t left = slot->sizeBytes, pos = fileOffsetBytes;
   for (size_t i = 0; s == Status::kOk && left > 0 && i < slot->runs.size(); i++) {
@@ -622,6 +624,8 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, st
         const uint64_t more = std::min(end - advised, kFillChunkBytes);
         (void)posix_fadvise(fd, static_cast<off_t>(advised), static_cast<off_t>(more), POSIX_FADV_WILLNEED);
         advised += more;
+        // Only behind the block's own bytes: the device reads those first.
+        if (advised == end && aheadBytes > 0) (void)posix_fadvise(fd, static_cast<off_t>(end), static_cast<off_t>(aheadBytes), POSIX_FADV_WILLNEED);
       }
       s = hasher.Update(at, static_cast<uint64_t>(n));
       at += n;

@@ -25,6 +25,10 @@
 
 namespace cascade {
 
+// FillFromFile's read-ahead past the block is at most this much (the page cache is the kernel's, but
+// a caller's mistake must not ask it to read a whole disk).
+constexpr uint64_t kFillAheadMaxBytes = uint64_t{64} << 20;
+
 // A handle packs (generation, slot + 1) into 53 bits so JavaScript holds it exactly as a number.
 constexpr uint64_t kHandleSlotBits = 22;
 constexpr uint64_t kHandleGenerationBits = 31;
@@ -124,7 +128,9 @@ class Arena {
   // Fill a live block with its size in bytes read from fd at fileOffsetBytes (a record's payload in a
   // segment file), hashing as the bytes land: one copy (page cache -> arena) instead of a buffer, a
   // copy and a hash on the JS thread. kIo on a read error or a short file (errno in *error).
-  Status FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, std::string* hex, std::string* error);
+  // aheadBytes (at most kFillAheadMaxBytes): once the block's own bytes are all requested, the kernel is
+  // asked to read this much after them too (the next records of a segment read in order).
+  Status FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, uint64_t aheadBytes, std::string* hex, std::string* error);
 
   // Whether Allocate(sizeBytes) would find room now.
   bool Fits(uint64_t sizeBytes);
