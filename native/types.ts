@@ -468,6 +468,8 @@ export interface NativeBinding {
   peerCredentials(fd: number): { pid: number; uid: number; gid: number };
   /** A 4 KiB-aligned Buffer (for O_DIRECT). */
   alignedBuffer(lengthBytes: number): Buffer;
+  /** The kernel's page size in bytes (sysconf(_SC_PAGESIZE)); 0 if unknown. */
+  pageBytes(): number;
 }
 
 /** The ABI this TypeScript expects; a binding built from other sources is refused at load. */

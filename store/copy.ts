@@ -34,6 +34,12 @@ export function allocAligned(sizeBytes: number): Buffer | undefined {
   return nativeBinding()?.allocBuffer(sizeBytes);
 }
 
+/** The kernel's page size, from the addon; undefined without it. */
+export function pageBytes(): number | undefined {
+  const n = nativeBinding()?.pageBytes();
+  return n === undefined || n <= 0 ? undefined : n;
+}
+
 export function allocLarge(sizeBytes: number): Buffer {
   const native = nativeBinding();
   if (native === undefined || sizeBytes < ALLOC_NATIVE_MIN_BYTES) return Buffer.allocUnsafe(sizeBytes);

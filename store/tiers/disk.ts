@@ -27,7 +27,7 @@ import {
 } from '../constants';
 import { assert, CascadeError } from '../errors';
 import type { Tier, TierEntry, TierStats } from '../tier';
-import { allocAligned } from '../copy';
+import { allocAligned, pageBytes } from '../copy';
 import { sha256Hex } from '../hash';
 import { mkdirAll } from '../mkdir';
 
@@ -207,6 +207,33 @@ async function writeFully(fd: number, parts: Uint8Array[], position: number, io:
 }
 
 
+/** A large record's fill failed midway: its error, told apart from a failed write (appendBytes). */
+class FillFailed extends Error {
+  constructor(override readonly cause: unknown) {
+    super('fill failed');
+  }
+}
+
+/** tmpfs (statfs f_type): its O_DIRECT (Linux 6.6+) still goes through its page cache, which is its storage. */
+const TMPFS_MAGIC = 0x01021994;
+
+/**
+ * Whether O_DIRECT appends suit this machine and directory: pages no larger than a record's alignment
+ * (a larger page straddling the end of file could be read into the cache while an append writes it,
+ * and on tmpfs there is nothing to bypass. The directory may not exist yet: then its parent decides.
+ */
+function directWritesFit(dir: string): boolean {
+  const page = pageBytes();
+  if (page === undefined || page > RECORD_ALIGN_BYTES) return false;
+  for (let d = dir; ; d = path.dirname(d)) {
+    try {
+      return fs.statfsSync(d).type !== TMPFS_MAGIC;
+    } catch {
+      if (path.dirname(d) === d) return false;
+    }
+  }
+}
+
 /** A failed read of a segment: EIO to the reader (the record may be fine; a later read may succeed). */
 function readFailed(file: string, e: unknown): CascadeError {
   return new CascadeError('EIO', `read of ${file} failed: ${(e as Error).message}`, { cause: e });
@@ -249,9 +276,9 @@ export class DiskSegmentTier implements Tier {
     this.segmentTargetBytes = options.segmentTargetBytes ?? SEGMENT_TARGET_BYTES_DEFAULT;
     this.compactDeadFraction = options.compactDeadFraction ?? COMPACT_DEAD_FRACTION_DEFAULT;
     this.io = options.io ?? realDiskIo;
-    this.directOk = (options.directWrites ?? true) && this.io === realDiskIo;
     this.onQuarantine = options.onQuarantine;
     this.segDir = path.join(options.dir, 'segments');
+    this.directOk = (options.directWrites ?? true) && this.io === realDiskIo && directWritesFit(options.dir);
     if (!(this.capacityBytes >= 0)) throw new CascadeError('EINVAL', 'disk capacityBytes must be >= 0');
     if (!Number.isInteger(this.segmentTargetBytes) || this.segmentTargetBytes < RECORD_ALIGN_BYTES) {
       throw new CascadeError('EINVAL', `segmentTargetBytes must be an integer >= ${RECORD_ALIGN_BYTES}`);
@@ -390,7 +417,7 @@ export class DiskSegmentTier implements Tier {
             at = RECORD_ALIGN_BYTES;
           }
           const n = Math.min(r.sizeBytes - done, buf.length - at);
-          await fill(r.key, buf.subarray(at, at + n), done);
+          await fill(r.key, buf.subarray(at, at + n), done).catch((e: unknown) => Promise.reject(new FillFailed(e)));
           done += n;
           at += n;
           const padded = alignUp(at);
@@ -422,7 +449,13 @@ export class DiskSegmentTier implements Tier {
       await write(offset);
     } catch (e) {
       seg.deadBytes += lengthBytes;
+      if (e instanceof FillFailed) {
+        // The bytes to write could not be had (not the file's fault): the reserved room is dead (a
+        // header already written is quarantined by recovery), the segment goes on taking appends.
+        throw e.cause;
+      }
       seg.sealed = true;
+      this.closeDirect(seg);
       if (this.active === seg) this.active = undefined;
       const full = (e as { code?: unknown }).code === 'ENOSPC';
       throw new CascadeError(full ? 'ENOSPC' : 'EIO', `write to ${seg.file} failed: ${(e as Error).message}`, { cause: e });
@@ -515,7 +548,8 @@ export class DiskSegmentTier implements Tier {
       // row. The filled bytes count only if the header checks out too (the caller frees them if not).
       const [header, filled] = await Promise.allSettled([
         this.checkHeader(key, loc),
-        fill(seg.fd, loc.offsetBytes + RECORD_ALIGN_BYTES, aheadBytes).catch((e: unknown) => Promise.reject(readFailed(seg.file, e))),
+        // (async: a fill that throws at once still waits for the header check, never leaves it unhandled)
+        (async () => fill(seg.fd, loc.offsetBytes + RECORD_ALIGN_BYTES, aheadBytes))().catch((e: unknown) => Promise.reject(readFailed(seg.file, e))),
       ]);
       if (header.status === 'rejected') throw header.reason;
       if (filled.status === 'rejected') throw filled.reason;
@@ -689,9 +723,9 @@ export class DiskSegmentTier implements Tier {
     try {
       return fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_DIRECT);
     } catch (e) {
-      // EINVAL: the filesystem has no O_DIRECT (tmpfs, some FUSE filesystems): buffered from now on.
-      this.directOk = false;
-      if ((e as { code?: unknown }).code !== 'EINVAL') throw e;
+      // EINVAL: the filesystem has no O_DIRECT (some FUSE filesystems): buffered from now on. Anything
+      // else (EMFILE, ENOMEM) only for this segment: buffered appends work all the same.
+      if ((e as { code?: unknown }).code === 'EINVAL') this.directOk = false;
       return undefined;
     }
   }
@@ -727,6 +761,7 @@ export class DiskSegmentTier implements Tier {
         lost.push(key);
       }
       seg.sealed = true;
+      this.closeDirect(seg);
       if (this.active === seg) this.active = undefined;
       return new DiskSyncError(lost, e);
     }
@@ -812,6 +847,7 @@ export class DiskSegmentTier implements Tier {
       if (seg === newest && seg.endBytes < this.segmentTargetBytes) {
         seg.sealed = false;
         this.active = seg;
+        if (seg.endBytes % RECORD_ALIGN_BYTES === 0) seg.directFd = this.openDirect(seg.file);
       } else if (!seg.sealed) {
         seg.sealed = true;
         this.writeIndex(seg);
@@ -911,6 +947,7 @@ export class DiskSegmentTier implements Tier {
     // Retire it from appends first (copies must land elsewhere); its live records get synced elsewhere.
     if (this.active === seg) this.active = undefined;
     seg.sealed = true;
+    this.closeDirect(seg);
     const live = [...this.index].filter(([, loc]) => loc.segment === seg);
     const moved = new Map<string, Location>();
     for (const [key, loc] of live) {

@@ -4,6 +4,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { RECORD_ALIGN_BYTES } from '../../store/constants';
 import { APPEND_BATCH_BYTES_MAX, READ_AHEAD_BYTES, DiskSegmentTier, DiskSyncError, realDiskIo, type DiskIo, type QuarantineEvent } from '../../store/tiers/disk';
+import { nativeBinding } from '../../native';
 import { rejectsWith, rmDir, seededBytes, sha256, tmpDir } from './helpers';
 import { tierConformance } from './tier-conformance';
 
@@ -225,8 +226,12 @@ describe('DiskSegmentTier: segments and recovery', () => {
     await tier.close();
   });
 
-  /** Whether dir's filesystem opens files with O_DIRECT (tmpfs before Linux 6.6 refuses it). */
+  /**
+   * Whether the tier should append with O_DIRECT in dir: the filesystem opens files so, it is not tmpfs
+   * (whose O_DIRECT, Linux 6.6+, still goes through its page cache) and pages are 4 KiB.
+   */
   function takesODirect(): boolean {
+    if (fs.statfsSync(dir).type === 0x01021994 || nativeBinding()?.pageBytes() !== RECORD_ALIGN_BYTES) return false;
     const probe = path.join(dir, 'direct-probe');
     try {
       fs.closeSync(fs.openSync(probe, fs.constants.O_CREAT | fs.constants.O_WRONLY | fs.constants.O_DIRECT, 0o600));
@@ -270,6 +275,55 @@ describe('DiskSegmentTier: segments and recovery', () => {
       await tier.close();
     });
   }
+  it('a direct append the filesystem refuses (EINVAL) is written buffered, and so are the appends after it', async function () {
+    if (!takesODirect()) this.skip();
+    const tier = await DiskSegmentTier.open({ dir });
+    const write = realDiskIo.write;
+    let refused = 0;
+    // The first write is the direct one (the run); later ones go through the buffered descriptor.
+    realDiskIo.write = async (...args) => {
+      if (refused++ === 0) throw Object.assign(new Error('EINVAL: injected'), { code: 'EINVAL' });
+      return write(...args);
+    };
+    try {
+      const list = [seededBytes(41, 70_000), seededBytes(42, 9000)];
+      const blocks = new Map(list.map((d) => [sha256(d), d]));
+      const runs = [...blocks].map(([key, data]) => ({ key, sizeBytes: data.length }));
+      await tier.writeMany(runs.slice(0, 1), async (key, target, offsetBytes) => void blocks.get(key)!.copy(target, 0, offsetBytes));
+      await tier.writeMany(runs.slice(1), async (key, target, offsetBytes) => void blocks.get(key)!.copy(target, 0, offsetBytes));
+      await tier.sync();
+      const total = runs.reduce((n, r) => n + RECORD_ALIGN_BYTES + Math.ceil(r.sizeBytes / RECORD_ALIGN_BYTES) * RECORD_ALIGN_BYTES, 0);
+      assert.deepEqual(tier.appendedBytes(), { directBytes: 0, bufferedBytes: total });
+      await readAll(tier, blocks);
+    } finally {
+      realDiskIo.write = write;
+    }
+    await tier.close();
+  });
+  it('a large record whose bytes cannot be had midway fails with that error; the segment keeps taking appends', async () => {
+    const tier = await DiskSegmentTier.open({ dir });
+    const big = seededBytes(43, 2 * APPEND_BATCH_BYTES_MAX + 5);
+    const lost = new Error('ENOENT: the block left DRAM');
+    await assert.rejects(
+      tier.writeMany([{ key: sha256(big), sizeBytes: big.length }], async (_key, target, offsetBytes) => {
+        if (offsetBytes > 0) throw lost;
+        big.copy(target, 0, offsetBytes);
+      }),
+      (e) => e === lost,
+    );
+    assert.equal(tier.has(sha256(big)), false);
+    const small = seededBytes(44, 5000);
+    await tier.write(sha256(small), small);
+    await tier.sync();
+    assert.equal(segFiles(dir).length, 1, 'no new segment: the failure was not the file\'s');
+    await readAll(tier, new Map([[sha256(small), small]]));
+    // No close: recovery scans the segment, quarantines the torn record and keeps the one after it.
+    const again = await DiskSegmentTier.open({ dir });
+    assert.deepEqual(again.scan().map((e) => e.key), [sha256(small)]);
+    assert.equal(again.recovery.quarantined, 1);
+    await again.close();
+    await tier.close();
+  });
   it('readWith asks for read-ahead only for loads that follow the previous one in their segment', async () => {
     const tier = await DiskSegmentTier.open({ dir });
     const list = [0, 1, 2, 3, 4].map((i) => seededBytes(50 + i, 1024 * 1024));
@@ -289,6 +343,18 @@ describe('DiskSegmentTier: segments and recovery', () => {
     await load(2); // forward from 0's end, within the window
     assert.deepEqual(asked, [0, 3 * record, record, 0, 2 * record]);
     assert.ok(READ_AHEAD_BYTES >= 4 * record);
+    // A record larger than the window after 4, then one more: read-ahead stops at the window, and a
+    // load that jumps past more than the window is not in order.
+    const big = seededBytes(60, READ_AHEAD_BYTES + 4096);
+    const last = seededBytes(61, 1024 * 1024);
+    await tier.write(sha256(big), big);
+    await tier.write(sha256(last), last);
+    keys.push(sha256(big), sha256(last));
+    asked.length = 0;
+    await load(3); // follows 2: the rest of the segment is more than the window
+    await load(4); // follows 3: so is the rest from here
+    await load(6); // jumps over the large record (more than the window): not in order
+    assert.deepEqual(asked, [READ_AHEAD_BYTES, READ_AHEAD_BYTES, 0]);
     await tier.close();
   });
   it('writeMany: a failed append leaves none of its run visible; a record above the staging size goes alone', async () => {

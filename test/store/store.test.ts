@@ -46,7 +46,21 @@ describe('Store', function () {
 
   it('a block larger than a flush group (20 MiB) reaches disk in pieces, read back exact after a reopen', async () => {
     const dir = newDir();
-    const store = await open(dir);
+    const disk = await DiskSegmentTier.open({ dir: path.join(dir, 'disk') });
+    const calls = { writeMany: 0, write: 0, pieces: 0 };
+    const counted = new Proxy(disk, {
+      get(target, prop, receiver) {
+        if (prop === 'write') return (key: string, data: Uint8Array) => (calls.write++, target.write(key, data));
+        if (prop === 'writeMany') {
+          return (blocks: Array<{ key: string; sizeBytes: number }>, fill: (k: string, t: Uint8Array, o: number) => Promise<void>) => (
+            calls.writeMany++, target.writeMany(blocks, (k, t, o) => (calls.pieces++, fill(k, t, o)))
+          );
+        }
+        const v = Reflect.get(target, prop, receiver);
+        return typeof v === 'function' ? v.bind(target) : v;
+      },
+    });
+    const store = await open(dir, { tiers: { disk: counted } });
     const big = seededBytes(77, 20 * MiB + 4321);
     const small = seededBytes(78, 5000);
     await store.put('m/big', big);
@@ -56,8 +70,10 @@ describe('Store', function () {
     assert.equal(s.dirtyBlocks, 0);
     const appended = s.diskAppends.directBytes + s.diskAppends.bufferedBytes;
     assert.equal(appended, 2 * RECORD_ALIGN_BYTES + Math.ceil(big.length / RECORD_ALIGN_BYTES) * RECORD_ALIGN_BYTES + RECORD_ALIGN_BYTES * 2);
+    assert.equal(calls.write, 0, 'no block went through write() (a buffer of its own)');
+    assert.ok(calls.pieces >= 1 + Math.ceil(big.length / (8 * MiB)), `the large block came in pieces (${calls.pieces} fills for 2 blocks)`);
     await store.close();
-    const again = await open(dir);
+    const again = await open(dir, { tiers: { disk: await DiskSegmentTier.open({ dir: path.join(dir, 'disk') }) } });
     assert.ok((await again.get('m/big')).equals(big), 'the large block reads back from disk exact');
     assert.ok((await again.get('m/small')).equals(small));
     await again.close();

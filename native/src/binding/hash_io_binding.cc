@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstdlib>
@@ -257,6 +258,13 @@ Napi::Value OpenFileSync(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), fd);
 }
 
+// pageBytes(): the kernel's page size (sysconf), which O_DIRECT appends next to buffered reads must not
+// exceed the record alignment (a page straddling the end of file would be both cached and written).
+Napi::Value PageBytes(const Napi::CallbackInfo& info) {
+  const long n = sysconf(_SC_PAGESIZE);
+  return Napi::Number::New(info.Env(), n > 0 ? static_cast<double>(n) : 0);
+}
+
 // alignedBuffer(lengthBytes): a Buffer whose memory is 4 KiB aligned, as O_DIRECT needs.
 Napi::Value AlignedBuffer(const Napi::CallbackInfo& info) {
   uint64_t length;
@@ -350,6 +358,7 @@ void InitHashIo(Napi::Env env, Napi::Object exports) {
   exports.Set("fadvise", Napi::Function::New(env, FadviseSync, "fadvise"));
   exports.Set("openFile", Napi::Function::New(env, OpenFileSync, "openFile"));
   exports.Set("alignedBuffer", Napi::Function::New(env, AlignedBuffer, "alignedBuffer"));
+  exports.Set("pageBytes", Napi::Function::New(env, PageBytes, "pageBytes"));
   exports.Set("allocBuffer", Napi::Function::New(env, AllocBuffer, "allocBuffer"));
 }
 

@@ -604,7 +604,8 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, ui
   // request to the device, so hashing could start only once all of it had arrived.)
   const uint64_t end = fileOffsetBytes + slot->sizeBytes;
   uint64_t advised = std::min(end, fileOffsetBytes + kFillAheadBytes);
-  (void)posix_fadvise(fd, static_cast<off_t>(fileOffsetBytes), static_cast<off_t>(advised - fileOffsetBytes), POSIX_FADV_WILLNEED);
+  // (A length of 0 would mean "to the end of the file".)
+  if (advised > fileOffsetBytes) (void)posix_fadvise(fd, static_cast<off_t>(fileOffsetBytes), static_cast<off_t>(advised - fileOffsetBytes), POSIX_FADV_WILLNEED);
   if (advised == end && aheadBytes > 0) (void)posix_fadvise(fd, static_cast<off_t>(end), static_cast<off_t>(aheadBytes), POSIX_FADV_WILLNEED);
   Sha256 hasher;
   uint64_t left = slot->sizeBytes, pos = fileOffsetBytes;
