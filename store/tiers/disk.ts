@@ -139,8 +139,8 @@ interface Segment {
   /**
    * The same file opened with O_DIRECT, for appends from the page-aligned staging buffer: the bytes go
    * from memory to the device without a copy into the page cache (which would also hold a second copy
-   * of blocks the DRAM tier already holds). Undefined where the filesystem refuses O_DIRECT (tmpfs), for
-   * a sealed segment, and with fault-injected I/O.
+   * of blocks the DRAM tier already holds). Undefined where O_DIRECT does not apply (directWritesFit,
+   * a filesystem that refuses it), for a sealed or retired segment, and with fault-injected I/O.
    */
   directFd?: number;
   endBytes: number; // next append position (file length)
@@ -219,8 +219,8 @@ const TMPFS_MAGIC = 0x01021994;
 
 /**
  * Whether O_DIRECT appends suit this machine and directory: pages no larger than a record's alignment
- * (a larger page straddling the end of file could be read into the cache while an append writes it,
- * and on tmpfs there is nothing to bypass. The directory may not exist yet: then its parent decides.
+ * (a larger page straddling the end of file could be read into the cache while an append writes it),
+ * and not tmpfs (nothing to bypass). The directory may not exist yet: then its parent decides.
  */
 function directWritesFit(dir: string): boolean {
   const page = pageBytes();
