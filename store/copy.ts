@@ -26,22 +26,19 @@ export const ALLOC_NATIVE_MIN_BYTES = 8 * MiB;
  * background thread once collected: freeing a 1 GiB buffer takes milliseconds, which would otherwise
  * land in a GC pause on the JS thread.
  */
-/**
- * A page-aligned buffer (the native allocator maps whole pages), as O_DIRECT I/O needs; undefined
- * without the addon.
- */
+export function allocLarge(sizeBytes: number): Buffer {
+  const native = nativeBinding();
+  if (native === undefined || sizeBytes < ALLOC_NATIVE_MIN_BYTES) return Buffer.allocUnsafe(sizeBytes);
+  return native.allocBuffer(sizeBytes);
+}
+
+/** A 4 KiB-aligned buffer, as O_DIRECT I/O needs (the addon's alignedBuffer); undefined without the addon. */
 export function allocAligned(sizeBytes: number): Buffer | undefined {
-  return nativeBinding()?.allocBuffer(sizeBytes);
+  return nativeBinding()?.alignedBuffer(sizeBytes);
 }
 
 /** The kernel's page size, from the addon; undefined without it. */
 export function pageBytes(): number | undefined {
   const n = nativeBinding()?.pageBytes();
   return n === undefined || n <= 0 ? undefined : n;
-}
-
-export function allocLarge(sizeBytes: number): Buffer {
-  const native = nativeBinding();
-  if (native === undefined || sizeBytes < ALLOC_NATIVE_MIN_BYTES) return Buffer.allocUnsafe(sizeBytes);
-  return native.allocBuffer(sizeBytes);
 }

@@ -1438,10 +1438,9 @@ export class Store {
       groupBytes = 0;
       if (blocks.length === 0) return;
       try {
-        await writeMany(blocks, async (key, target, offsetBytes) => {
-          const n = await this.dram.read(key, offsetBytes, target);
-          assert(n === target.length, 'a dirty block is whole in DRAM');
-        }).catch((e: unknown) => Promise.reject(this.requeueLost(e)));
+        await writeMany(blocks, (key, target, offsetBytes) => this.fillFromDram(key, target, offsetBytes)).catch((e: unknown) =>
+          Promise.reject(this.requeueLost(e)),
+        );
         for (const b of blocks) {
           this.clearDirty(b.key);
           this.unsynced.add(b.key);
@@ -1475,6 +1474,12 @@ export class Store {
     for (const key of busy) if (this.dirty.has(key)) await this.flushOne(key);
   }
 
+  /** The disk tier's fill for a flush: bytes of a dirty block, which is whole in DRAM. */
+  private async fillFromDram(key: string, target: Uint8Array, offsetBytes: number): Promise<void> {
+    const n = await this.dram.read(key, offsetBytes, target);
+    assert(n === target.length, 'a dirty block is whole in DRAM');
+  }
+
   /**
    * Write one dirty block to disk (merged with a concurrent flush of the same block), under the content
    * lock so that reclamation of the block cannot interleave and leave an orphan on disk.
@@ -1488,10 +1493,7 @@ export class Store {
         let written: Promise<void>;
         if (writeMany !== undefined) {
           // In pieces through the disk tier's staging buffer: no buffer of the block's size.
-          written = writeMany([{ key, sizeBytes: size }], async (_key, target, offsetBytes) => {
-            const n = await this.dram.read(key, offsetBytes, target);
-            assert(n === target.length, 'a dirty block is whole in DRAM');
-          });
+          written = writeMany([{ key, sizeBytes: size }], (k, target, offsetBytes) => this.fillFromDram(k, target, offsetBytes));
         } else {
           const buf = Buffer.allocUnsafe(size);
           const n = await this.dram.read(key, 0, buf);

@@ -374,9 +374,9 @@ export class DiskSegmentTier implements Tier {
   ): Promise<void> {
     const buf = this.stagingBuffer();
     // O_DIRECT needs the buffer, offset and length 4 KiB-aligned: records are, and so is the buffer.
-    const direct = this.stagingAligned && seg.directFd !== undefined;
     const put = async (part: Buffer, position: number): Promise<void> => {
-      if (direct && seg.directFd !== undefined) {
+      // (directFd goes once a write is refused: then this piece and the rest are buffered.)
+      if (this.stagingAligned && seg.directFd !== undefined) {
         try {
           await writeFully(seg.directFd, [part], position, this.io);
           this.directBytes += part.length;
@@ -464,8 +464,8 @@ export class DiskSegmentTier implements Tier {
   }
 
   /**
-   * One staging buffer for grouped appends (they run one at a time, under serial()). From the native
-   * allocator (mmap: page-aligned, as O_DIRECT needs) when there is one.
+   * One staging buffer for grouped appends (they run one at a time, under serial()), 4 KiB-aligned as
+   * O_DIRECT needs where the addon is there.
    */
   private stagingBuffer(): Buffer {
     if (this.staging === undefined) {

@@ -603,10 +603,16 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, ui
   // overlaps disk and hash instead of taking their sum. (Advising the whole block at once made it one
   // request to the device, so hashing could start only once all of it had arrived.)
   const uint64_t end = fileOffsetBytes + slot->sizeBytes;
-  uint64_t advised = std::min(end, fileOffsetBytes + kFillAheadBytes);
-  // (A length of 0 would mean "to the end of the file".)
-  if (advised > fileOffsetBytes) (void)posix_fadvise(fd, static_cast<off_t>(fileOffsetBytes), static_cast<off_t>(advised - fileOffsetBytes), POSIX_FADV_WILLNEED);
-  if (advised == end && aheadBytes > 0) (void)posix_fadvise(fd, static_cast<off_t>(end), static_cast<off_t>(aheadBytes), POSIX_FADV_WILLNEED);
+  uint64_t advised = fileOffsetBytes;
+  // Request [advised, to) from the device (never a length of 0, which means "to the end of the file");
+  // once the block's own bytes are all requested, aheadBytes after them, behind them in the queue.
+  auto adviseTo = [&](uint64_t to) {
+    if (to <= advised) return;
+    (void)posix_fadvise(fd, static_cast<off_t>(advised), static_cast<off_t>(to - advised), POSIX_FADV_WILLNEED);
+    advised = to;
+    if (advised == end && aheadBytes > 0) (void)posix_fadvise(fd, static_cast<off_t>(end), static_cast<off_t>(aheadBytes), POSIX_FADV_WILLNEED);
+  };
+  adviseTo(std::min(end, fileOffsetBytes + kFillAheadBytes));
   Sha256 hasher;
   uint64_t left = slot->sizeBytes, pos = fileOffsetBytes;
   for (size_t i = 0; s == Status::kOk && left > 0 && i < slot->runs.size(); i++) {
@@ -621,13 +627,7 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, ui
         s = Status::kIo;
         break;
       }
-      if (advised < end) {
-        const uint64_t more = std::min(end - advised, kFillChunkBytes);
-        (void)posix_fadvise(fd, static_cast<off_t>(advised), static_cast<off_t>(more), POSIX_FADV_WILLNEED);
-        advised += more;
-        // Only behind the block's own bytes: the device reads those first.
-        if (advised == end && aheadBytes > 0) (void)posix_fadvise(fd, static_cast<off_t>(end), static_cast<off_t>(aheadBytes), POSIX_FADV_WILLNEED);
-      }
+      adviseTo(std::min(end, advised + kFillChunkBytes));
       s = hasher.Update(at, static_cast<uint64_t>(n));
       at += n;
       pos += static_cast<uint64_t>(n);
