@@ -359,6 +359,47 @@ void TestFillFromFile() {
   delete a;
 }
 
+// A block of 32 MiB or more is copied on a second thread while the caller hashes behind it: the same
+// bytes and hash, also for a block split over several runs of the arena, and the same errors.
+void TestFillFromFileParallel() {
+  Arena* a = OpenArena(96 << 20, 64 * 1024);
+  // Fragment the free space: blocks of 12 MiB, every other one freed, so a 40 MiB block takes runs.
+  std::vector<uint64_t> pieces;
+  for (int i = 0; i < 7; i++) {
+    uint64_t p = 0;
+    EXPECT(a->Allocate(12 << 20, &p) == Status::kOk);
+    pieces.push_back(p);
+  }
+  for (size_t i = 0; i < pieces.size(); i += 2) EXPECT(a->Free(pieces[i]) == Status::kOk);
+  const int fd = ShmFd();
+  std::vector<uint8_t> data((40 << 20) + 12345);
+  Pattern(&data, 22);
+  int err = 0;
+  EXPECT(PwriteFully(fd, data.data(), data.size(), 4096, &err) == Status::kOk);
+  std::string want;
+  EXPECT(Sha256Hex(data.data(), data.size(), &want) == Status::kOk);
+  uint64_t h = 0;
+  EXPECT(a->Allocate(data.size(), &h) == Status::kOk);
+  uint64_t size = 0;
+  std::vector<Extent> extents;
+  EXPECT(a->Describe(h, &size, &extents) == Status::kOk && extents.size() > 1);
+  std::string hex, why;
+  EXPECT(a->FillFromFile(h, fd, 4096, 1 << 20, &hex, &why) == Status::kOk && hex == want);
+  std::vector<uint8_t> back(data.size());
+  uint64_t n = 0;
+  EXPECT(a->Read(h, 0, back.data(), back.size(), &n) == Status::kOk && n == data.size() && back == data);
+  // The file ends 5,000 bytes early: an I/O error naming the short read, never a hash of fewer bytes.
+  EXPECT(ftruncate(fd, static_cast<off_t>(4096 + data.size() - 5000)) == 0);
+  hex.clear();
+  EXPECT(a->FillFromFile(h, fd, 4096, 0, &hex, &why) == Status::kIo && hex.empty() && why.find("ends before") != std::string::npos);
+  // A bad descriptor: the first read fails (EBADF), the hashing side stops with it.
+  why.clear();
+  EXPECT(a->FillFromFile(h, -1, 4096, 0, &hex, &why) == Status::kIo && why.find("pread") != std::string::npos);
+  EXPECT(a->Free(h) == Status::kOk);
+  close(fd);
+  delete a;
+}
+
 }  // namespace
 
 // Content names and remote holds (what a fabric peer uses): a held block freed meanwhile keeps its
@@ -774,6 +815,7 @@ int main() {
   TestSha256();
   TestIo();
   TestFillFromFile();
+  TestFillFromFileParallel();
   TestMetaTable();
   if (failures > 0) {
     fprintf(stderr, "native tests: %d of %llu check(s) failed\n", failures, checks.load());

@@ -10,6 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <system_error>
+#include <thread>
 #include <cassert>
 #include <cstdlib>
 #include <cstdio>
@@ -31,8 +35,150 @@ std::string Errno(const char* what) {
 // short; large enough that a syscall per piece costs nothing. (1 MiB left ~0.6 ms of hashing after
 // the last byte arrived.)
 constexpr uint64_t kFillChunkBytes = 256 * 1024;
-// ... and keeps this much requested from the device ahead of the piece it reads.
+// Blocks at least this large are copied on a thread of their own while this one hashes (a thread costs
+// tens of microseconds to start; below this size the device, not the hash, set the time here).
+constexpr uint64_t kParallelFillMinBytes = 32 << 20;
+// How much is kept requested from the device ahead of the piece being read, in requests of what size.
+// One thread: 1 MiB in 256 KiB requests (it reads no faster than it hashes). Two: 8 MiB in 1 MiB
+// requests, to keep up with a device faster than the hash. (Measured on 64 MiB cold blocks: 62 ms
+// median with 8 MiB ahead, 78 ms for one thread with 1 MiB ahead; 4 MiB blocks read 10% faster with
+// the small window.)
 constexpr uint64_t kFillAheadBytes = 1 << 20;
+constexpr uint64_t kFillAdviseBytes = 256 * 1024;
+constexpr uint64_t kParallelFillAheadBytes = 8 << 20;
+constexpr uint64_t kParallelFillAdviseBytes = 1 << 20;
+static_assert(kFillAdviseBytes >= kFillChunkBytes && kFillAheadBytes >= kFillAdviseBytes, "a window holds its requests");
+static_assert(kParallelFillAdviseBytes >= kFillChunkBytes && kParallelFillAheadBytes >= kParallelFillAdviseBytes, "a window holds its requests");
+
+// Copies a block's bytes from a file into its runs in the arena, piece by piece, keeping a window
+// requested from the device ahead of the piece it reads. The hash follows either on the same thread
+// (RunHashing) or on another (Run here, HashBehind there).
+class FillCopier {
+ public:
+  // windowBytes kept requested ahead, in requests of adviseBytes; aheadBytes past the block's end.
+  FillCopier(uint8_t* base, const std::vector<Extent>& runs, uint64_t sizeBytes, int fd, uint64_t fileOffsetBytes, uint64_t aheadBytes,
+             uint64_t windowBytes, uint64_t adviseBytes)
+      : base_(base), runs_(runs), sizeBytes_(sizeBytes), fd_(fd), offsetBytes_(fileOffsetBytes), aheadBytes_(aheadBytes),
+        endBytes_(fileOffsetBytes + sizeBytes), windowBytes_(windowBytes), adviseBytes_(adviseBytes), advisedBytes_(fileOffsetBytes) {}
+
+  // Copies everything, publishing how far it got after each piece; stops at the first error, or once
+  // the hasher has given up.
+  void Run() {
+    Copy([this](const uint8_t*, uint64_t n) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        copiedBytes_ += n;
+      }
+      cv_.notify_one();
+      return !stop_.load(std::memory_order_relaxed);
+    });
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_one();
+  }
+
+  // Hashes what Run copies, as it is copied: kOk once all of it is hashed, kIo when Run failed (its
+  // error) or the hash did.
+  Status HashBehind(Sha256* hasher) {
+    uint64_t hashed = 0, runStart = 0, inRun = 0;
+    size_t run = 0;
+    for (;;) {
+      uint64_t copied;
+      bool done;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return copiedBytes_ > hashed || done_; });
+        copied = copiedBytes_;
+        done = done_;
+      }
+      while (hashed < copied) {
+        Check(run < runs_.size(), "a fill copies no more than its runs hold");
+        const uint64_t runBytes = std::min(runs_[run].lengthBytes, sizeBytes_ - runStart);
+        const uint64_t take = std::min(copied - hashed, runBytes - inRun);
+        if (hasher->Update(base_ + runs_[run].arenaOffsetBytes + inRun, take) != Status::kOk) {
+          stop_.store(true, std::memory_order_relaxed);
+          return Status::kIo;
+        }
+        hashed += take;
+        inRun += take;
+        if (inRun == runBytes) {
+          runStart += runBytes;
+          inRun = 0;
+          run++;
+        }
+      }
+      if (done && hashed == copied) return hashed == sizeBytes_ ? Status::kOk : Status::kIo;
+    }
+  }
+
+  // Run and hash on this thread, each piece right after it is copied.
+  Status RunHashing(Sha256* hasher) {
+    bool hashed = true;
+    Copy([&](const uint8_t* at, uint64_t n) { return hashed = hasher->Update(at, n) == Status::kOk; });
+    return status_ != Status::kOk || !hashed ? Status::kIo : Status::kOk;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  // Request [advised, to) from the device (never a length of 0, which means "to the end of the file");
+  // once the block's own bytes are all requested, aheadBytes after them, behind them in the queue.
+  void AdviseTo(uint64_t to) {
+    if (to <= advisedBytes_) return;
+    (void)posix_fadvise(fd_, static_cast<off_t>(advisedBytes_), static_cast<off_t>(to - advisedBytes_), POSIX_FADV_WILLNEED);
+    advisedBytes_ = to;
+    if (advisedBytes_ == endBytes_ && aheadBytes_ > 0) {
+      (void)posix_fadvise(fd_, static_cast<off_t>(endBytes_), static_cast<off_t>(aheadBytes_), POSIX_FADV_WILLNEED);
+    }
+  }
+
+  // onPiece(at, n) after each piece lands; false stops the copy.
+  template <class OnPiece>
+  void Copy(OnPiece onPiece) {
+    AdviseTo(std::min(endBytes_, offsetBytes_ + std::min<uint64_t>(windowBytes_, 1 << 20)));
+    uint64_t left = sizeBytes_, pos = offsetBytes_;
+    for (size_t i = 0; left > 0 && i < runs_.size(); i++) {
+      uint8_t* at = base_ + runs_[i].arenaOffsetBytes;
+      uint64_t runLeft = std::min(runs_[i].lengthBytes, left);
+      while (runLeft > 0) {
+        const size_t want = static_cast<size_t>(std::min<uint64_t>(runLeft, kFillChunkBytes));
+        const ssize_t n = pread(fd_, at, want, static_cast<off_t>(pos));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          error_ = n < 0 ? std::string("pread: ") + strerror(errno) : "pread: the file ends before the block";
+          status_ = Status::kIo;
+          return;
+        }
+        while (advisedBytes_ < endBytes_ && advisedBytes_ < pos + windowBytes_) AdviseTo(std::min(endBytes_, advisedBytes_ + adviseBytes_));
+        if (!onPiece(at, static_cast<uint64_t>(n))) return;
+        at += n;
+        pos += static_cast<uint64_t>(n);
+        runLeft -= static_cast<uint64_t>(n);
+        left -= static_cast<uint64_t>(n);
+      }
+    }
+    if (left > 0) {
+      error_ = "the block's runs hold less than its size";
+      status_ = Status::kIo;
+    }
+  }
+
+  uint8_t* const base_;
+  const std::vector<Extent>& runs_;
+  const uint64_t sizeBytes_;
+  const int fd_;
+  const uint64_t offsetBytes_, aheadBytes_, endBytes_, windowBytes_, adviseBytes_;
+  uint64_t advisedBytes_;  // the copier's own
+  Status status_ = Status::kOk;  // the copier's; read after it is done (joined)
+  std::string error_;
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t copiedBytes_ = 0;  // under mutex_
+  bool done_ = false;         // under mutex_
+};
 
 }  // namespace
 
@@ -599,43 +745,29 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, ui
   Status s = BeginCopy(handle, &slot);
   if (s != Status::kOk) return s;
   const uint32_t index = static_cast<uint32_t>((handle & ((uint64_t{1} << kHandleSlotBits) - 1)) - 1);
-  // The kernel reads a window ahead of the piece being hashed, a piece more after each: a cold block
-  // overlaps disk and hash instead of taking their sum. (Advising the whole block at once made it one
-  // request to the device, so hashing could start only once all of it had arrived.)
-  const uint64_t end = fileOffsetBytes + slot->sizeBytes;
-  uint64_t advised = fileOffsetBytes;
-  // Request [advised, to) from the device (never a length of 0, which means "to the end of the file");
-  // once the block's own bytes are all requested, aheadBytes after them, behind them in the queue.
-  auto adviseTo = [&](uint64_t to) {
-    if (to <= advised) return;
-    (void)posix_fadvise(fd, static_cast<off_t>(advised), static_cast<off_t>(to - advised), POSIX_FADV_WILLNEED);
-    advised = to;
-    if (advised == end && aheadBytes > 0) (void)posix_fadvise(fd, static_cast<off_t>(end), static_cast<off_t>(aheadBytes), POSIX_FADV_WILLNEED);
-  };
-  adviseTo(std::min(end, fileOffsetBytes + kFillAheadBytes));
   Sha256 hasher;
-  uint64_t left = slot->sizeBytes, pos = fileOffsetBytes;
-  for (size_t i = 0; s == Status::kOk && left > 0 && i < slot->runs.size(); i++) {
-    uint8_t* at = base_ + slot->runs[i].arenaOffsetBytes;
-    uint64_t runLeft = std::min(slot->runs[i].lengthBytes, left);
-    while (s == Status::kOk && runLeft > 0) {
-      const size_t want = static_cast<size_t>(std::min<uint64_t>(runLeft, kFillChunkBytes));
-      const ssize_t n = pread(fd, at, want, static_cast<off_t>(pos));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        *error = n < 0 ? std::string("pread: ") + strerror(errno) : "pread: the file ends before the block";
-        s = Status::kIo;
-        break;
-      }
-      adviseTo(std::min(end, advised + kFillChunkBytes));
-      s = hasher.Update(at, static_cast<uint64_t>(n));
-      at += n;
-      pos += static_cast<uint64_t>(n);
-      runLeft -= static_cast<uint64_t>(n);
-      left -= static_cast<uint64_t>(n);
+  if (!hasher.ok()) {
+    EndCopy(slot, index);
+    return Status::kIo;
+  }
+  bool parallel = slot->sizeBytes >= kParallelFillMinBytes;
+  FillCopier copier(base_, slot->runs, slot->sizeBytes, fd, fileOffsetBytes, aheadBytes, parallel ? kParallelFillAheadBytes : kFillAheadBytes,
+                    parallel ? kParallelFillAdviseBytes : kFillAdviseBytes);
+  if (parallel) {
+    // Copy on a thread of its own and hash behind it here: a cold block then takes about the longer of
+    // the two (device + copy, or hash) instead of their sum, which is what one thread gave, stalled in
+    // pread whenever it had caught up with the device.
+    try {
+      std::thread reader([&copier] { copier.Run(); });
+      s = copier.HashBehind(&hasher);
+      reader.join();
+    } catch (const std::system_error&) {
+      parallel = false;  // no thread to be had: both on this one
     }
   }
-  if (s == Status::kOk) s = hasher.ok() ? hasher.HexDigest(hex) : Status::kIo;
+  if (!parallel) s = copier.RunHashing(&hasher);
+  if (s != Status::kOk) *error = copier.error().empty() ? "the hash failed" : copier.error();
+  if (s == Status::kOk) s = hasher.HexDigest(hex);
   EndCopy(slot, index);
   return s;
 }
