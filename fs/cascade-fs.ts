@@ -564,11 +564,12 @@ export class CascadeFs implements CascadeFsOps {
    * For the native engine: the version a read handle reads, held in the DRAM arena until release(),
    * so that its reads can be served from the arena without reaching JS. Undefined for handles that
    * are not plain committed-version reads (staging, virtual files) or smaller than minSizeBytes.
+   * onLoading: see Store.holdInDram.
    */
-  async holdHandle(handle: Handle, minSizeBytes = 0): Promise<DramHold | undefined> {
+  async holdHandle(handle: Handle, minSizeBytes = 0, onLoading?: (arenaHandle: number) => void): Promise<DramHold | undefined> {
     const h = this.handle(handle);
     if (h.kind !== 'read' || h.version.sizeBytes < minSizeBytes) return undefined;
-    return this.store.holdInDram(h.version);
+    return this.store.holdInDram(h.version, onLoading);
   }
 
   async read(handle: Handle, target: Buffer, offsetBytes: number): Promise<number> {

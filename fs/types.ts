@@ -113,8 +113,10 @@ export interface CascadeFsOps {
    * The native engine: the bytes of a read handle's version, held in the shared DRAM arena until
    * release(), or undefined where the handle's reads must go through read() (or where its version
    * is smaller than minSizeBytes: holding costs more than serving one read). Optional.
+   * onLoading(arenaHandle): the block is being filled from disk into that arena block (before the
+   * promise settles; again for a new load should the first block leave DRAM at once); must not throw.
    */
-  holdHandle?(handle: Handle, minSizeBytes?: number): Promise<DramHold | undefined>;
+  holdHandle?(handle: Handle, minSizeBytes?: number, onLoading?: (arenaHandle: number) => void): Promise<DramHold | undefined>;
   /**
    * An engine with native write staging offers it (undefined takes it back); true when the filesystem
    * uses it (its store can take sealed arena blocks). Optional.

@@ -69,6 +69,6 @@ export function requireNative(what: string): NativeBinding {
 /** The symbolic code of an error thrown by the binding, or undefined for any other error. */
 export function nativeCode(e: unknown): NativeCode | undefined {
   const code = (e as { code?: unknown } | undefined)?.code;
-  const codes: readonly string[] = ['EINVAL', 'ENOSPC', 'ESTALE', 'ERANGE', 'EIO', 'EBUSY', 'EBADF', 'ENOENT', 'ENOMEM'];
+  const codes: readonly string[] = ['EINVAL', 'ENOSPC', 'ESTALE', 'ERANGE', 'EIO', 'EBUSY', 'EBADF', 'ENOENT', 'ENOMEM', 'ECORRUPT'];
   return typeof code === 'string' && codes.includes(code) ? (code as NativeCode) : undefined;
 }

@@ -6,7 +6,7 @@
  * NativeCode; nothing else crosses the boundary (no C++ exceptions, no aborts on bad input).
  */
 
-export type NativeCode = 'EINVAL' | 'ENOSPC' | 'ESTALE' | 'ERANGE' | 'EIO' | 'EBUSY' | 'EBADF' | 'ENOENT' | 'ENOMEM';
+export type NativeCode = 'EINVAL' | 'ENOSPC' | 'ESTALE' | 'ERANGE' | 'EIO' | 'EBUSY' | 'EBADF' | 'ENOENT' | 'ENOMEM' | 'ECORRUPT';
 
 export interface NativeFeatures {
   /** The GPU tier's driver loader (always built; gpuProbe() says whether a device is usable). */
@@ -86,6 +86,13 @@ export interface NativeArenaBinding {
    * block (the next records of a segment read in order); 0 for none.
    */
   fillFromFileAsync(handle: number, fd: number, fileOffsetBytes: number, aheadBytes: number): Promise<string>;
+  /**
+   * As fillFromFileAsync, for a whole disk record at recordOffsetBytes: its header page is checked
+   * against the block (sha256, the slot's size) first, and the resolved hash is sha256 or the promise
+   * rejects (EIO). With a piece table in the header each piece is checked (CRC-32C) as it lands and
+   * published to readers gated on the block (FuseSession.setLoadingReadSource) before the whole hash.
+   */
+  fillRecordAsync(handle: number, fd: number, recordOffsetBytes: number, sha256: string, aheadBytes: number): Promise<string>;
   /** Unmap (after copies in flight finish). Later calls throw EBADF. */
   close(): void;
 }
@@ -285,6 +292,9 @@ export interface FuseSessionStats {
   forwarded: number;
   servedReads: number;
   servedReadBytes: number;
+  /** Reads of a block still loading from disk, served once their pieces were checked; those JS answered instead. */
+  gatedReads: number;
+  gatedToJs: number;
   servedFlushes: number;
   /** WRITEs taken by stages in C++ (no JS), and their bytes. */
   servedWrites: number;
@@ -335,6 +345,12 @@ export interface NativeFuseSessionBinding {
   /** Serve READs of `fh` from these arena extents (flat [arenaOffsetBytes, lengthBytes, ...]) until cleared or released. */
   setReadSource(fh: number, sizeBytes: number, extents: number[]): void;
   clearReadSource(fh: number): void;
+  /**
+   * Serve READs of `fh` from arena block `handle` while it is filled (Arena.fillRecordAsync): each
+   * waits for its bytes to be checked, and goes to JS if the fill fails or stalls. The block's pages
+   * stay reserved until the source is cleared or replaced (setReadSource) or the handle released.
+   */
+  setLoadingReadSource(fh: number, handle: number): void;
   /** `fh` was opened read-only: its FLUSH is answered in C++ (a no-op) until it is released. */
   markReadOnly(fh: number): void;
   /**
@@ -470,7 +486,12 @@ export interface NativeBinding {
   alignedBuffer(lengthBytes: number): Buffer;
   /** The kernel's page size in bytes (sysconf(_SC_PAGESIZE)); 0 if unknown. */
   pageBytes(): number;
+  /** CRC-32C of each 2^pieceShift-byte piece of data (a disk record's piece table), on this thread / a worker. */
+  crc32cPieces(data: Uint8Array, pieceShift: number): Uint32Array;
+  crc32cPiecesAsync(data: Uint8Array, pieceShift: number): Promise<Uint32Array>;
+  /** The piece size (log2) of a disk record's table for a block of sizeBytes; 0: none. */
+  recordPieceShift(sizeBytes: number): number;
 }
 
 /** The ABI this TypeScript expects; a binding built from other sources is refused at load. */
-export const NATIVE_ABI_VERSION = 10;
+export const NATIVE_ABI_VERSION = 11;

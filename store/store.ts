@@ -743,8 +743,10 @@ export class Store {
    * release(): it is neither evicted nor reclaimed meanwhile, so its extents stay valid. For same-node
    * clients that read the shared arena directly. Only a mapped DRAM tier (the native arena) has extents;
    * with another tier this throws EOPNOTSUPP.
+   * onLoading: called with the arena handle when the block is loaded from this node's disk by the
+   * native fill, before the load ends (FuseSession.setLoadingReadSource serves its checked pieces).
    */
-  async holdInDram(v: VersionRecord): Promise<DramHold> {
+  async holdInDram(v: VersionRecord, onLoading?: (handle: number) => void): Promise<DramHold> {
     this.checkOpen();
     const dram = this.dram;
     if (!isMappedTier(dram)) throw new CascadeError('EOPNOTSUPP', 'the DRAM tier is not a shared mapping (native addon off?)');
@@ -753,7 +755,7 @@ export class Store {
     try {
       const extents = await this.locks.with(sha, async () => {
         for (let attempt = 0; ; attempt++) {
-          await this.ensureInDram(sha, v.sizeBytes, true);
+          await this.ensureInDram(sha, v.sizeBytes, true, true, onLoading);
           // Background eviction may run between ensureInDram's return and here: check, then hold
           // with nothing awaited in between.
           const e = dram.extentsOf(sha);
@@ -1313,14 +1315,22 @@ export class Store {
    * straight into its DRAM slot, hashing on a worker thread (NativeArenaTier + DiskSegmentTier with the
    * real I/O); undefined where the block must come through a buffer (loadFromDisk).
    */
-  private nativeDiskLoad(sha: string, sizeBytes: number): (() => Promise<void>) | undefined {
+  private nativeDiskLoad(sha: string, sizeBytes: number, onLoading?: (handle: number) => void): (() => Promise<void>) | undefined {
     const dram = this.dram;
     const disk = this.disk;
     const arena = dram instanceof NativeArenaTier ? dram.arenaBinding() : undefined;
     if (arena === undefined || !(disk instanceof DiskSegmentTier) || !disk.readsWith() || !disk.has(sha) || this.gpu?.has(sha)) return undefined;
     return () =>
       (dram as NativeArenaTier).adopt(sha, sizeBytes, async (handle) => {
-        await disk.readWith(sha, (fd, payloadOffsetBytes, aheadBytes) => arena.fillFromFileAsync(handle, fd, payloadOffsetBytes, aheadBytes));
+        // The fill checks the record's header and hash (and its piece CRCs, publishing each piece).
+        let queued = false; // the fill marks the block as filling when queued: only then may readers wait on it
+        const filling = disk.readWith(sha, (fd, recordOffsetBytes, aheadBytes) => {
+          const p = arena.fillRecordAsync(handle, fd, recordOffsetBytes, sha, aheadBytes);
+          queued = true;
+          return p;
+        });
+        if (queued) onLoading?.(handle);
+        await filling;
         return sha; // readWith checked the bytes' SHA-256
       });
   }
@@ -1925,14 +1935,14 @@ export class Store {
    * shared tier. `reading`: for a reader (a remote copy is counted and may stay borrowed); else for a
    * pin or a warmup, which keep the copy.
    */
-  private async ensureInDram(sha: string, sizeBytes: number, reading = false, tryRemote = true): Promise<void> {
+  private async ensureInDram(sha: string, sizeBytes: number, reading = false, tryRemote = true, onLoading?: (handle: number) => void): Promise<void> {
     if (this.dram.has(sha)) {
       if (reading) this.counters.hits.dram++;
       if (!reading && this.borrowed.delete(sha)) this.remote?.advertise(sha, true); // kept from now on
       return;
     }
     if (tryRemote && (await this.fetchRemote(sha, sizeBytes, reading))) return;
-    const native = this.nativeDiskLoad(sha, sizeBytes);
+    const native = this.nativeDiskLoad(sha, sizeBytes, onLoading);
     const fromGpu = native ? undefined : this.gpu?.has(sha) ? await this.gpuCopy(sha, sizeBytes) : undefined;
     // A reader's hit where the block came from (reads through a hold are counted once, at the hold).
     const source = native ? 'disk' : fromGpu ? 'gpu' : this.disk.has(sha) ? 'disk' : 'shared';

@@ -233,6 +233,8 @@ export class NativeFuseEngine {
   /** Requests handed over by takeNext since the event loop last had a turn. */
   private handedOver = 0;
   private holdWarned = false;
+  /** Read handles answered while their block loads (open): their hold comes when the load ends. */
+  private readonly loadingHolds = new Set<Handle>();
   /** Whether the session maps the DRAM arena (settled at INIT). */
   private arena = false;
   /** Whether writes of new files are staged natively (the filesystem took the stager). */
@@ -778,6 +780,7 @@ export class NativeFuseEngine {
         const hold = this.holds.get(fh);
         const writer = this.opens.get(fh)?.writer === true;
         this.holds.delete(fh);
+        this.loadingHolds.delete(fh); // a load still running releases its hold when it ends
         this.untrack(fh);
         try {
           await f.release(fh); // a writer's last release may commit
@@ -933,22 +936,43 @@ export class NativeFuseEngine {
     if (reading && f.holdHandle !== undefined && this.arena) {
       // Reads of a committed version are served in C++ from the arena while this handle is open.
       // Passthrough needs the hold too (its backing file is filled from the arena), so no minimum then.
+      // A block that loads from this node's disk is served while it loads (not with passthrough, which
+      // needs it whole): the open is answered once the fill has started, and each read waits in C++
+      // for its pieces to pass their CRC-32C.
+      const session = this.session;
+      let announce: (() => void) | undefined;
+      const loading = new Promise<'loading'>((resolve) => (announce = () => resolve('loading')));
+      const onLoading =
+        this.backings === undefined && session !== undefined
+          ? (handle: number) => {
+              try {
+                session.setLoadingReadSource(fh, handle);
+                announce?.();
+              } catch {
+                // (too many sources): this open waits for the whole load, as before
+              }
+            }
+          : undefined;
+      const holding = f.holdHandle(fh, this.backings !== undefined ? 0 : HOLD_MIN_BYTES, onLoading);
       try {
-        const hold = await f.holdHandle(fh, this.backings !== undefined ? 0 : HOLD_MIN_BYTES);
-        if (hold !== undefined) {
-          this.holds.set(fh, hold);
-          this.session?.setReadSource(fh, hold.version.sizeBytes, hold.extents.flat());
-          backing = await this.passthroughFor(hdr.nodeid, hold);
+        const first = await Promise.race([holding, loading]);
+        if (first === 'loading') {
+          this.loadingHolds.add(fh);
+          void holding.then(
+            (hold) => this.loaded(fh, hdr.nodeid, hold),
+            (e: unknown) => this.loadFailed(fh, e),
+          );
+        } else if (first !== undefined) {
+          this.holds.set(fh, first);
+          this.session?.setReadSource(fh, first.version.sizeBytes, first.extents.flat());
+          backing = await this.passthroughFor(hdr.nodeid, first);
         }
       } catch (e) {
         // Larger than DRAM, or DRAM full of pins: the handle's reads go through JS instead.
         this.holds.get(fh)?.release();
         this.holds.delete(fh);
         this.session?.clearReadSource(fh);
-        if (!this.holdWarned) {
-          this.holdWarned = true;
-          this.log(`reads served through JS for some files: ${(e as Error).message}`);
-        }
+        this.warnHold(e);
       }
     }
     this.track(fh, hdr.nodeid, writer, backing);
@@ -1021,6 +1045,28 @@ export class NativeFuseEngine {
       n.other++;
     }
     this.nodeOpens.set(nodeid, n);
+  }
+
+  /** A load that an open answered early ended: the handle keeps the block held while it is open. */
+  private loaded(fh: Handle, nodeid: number, hold: DramHold | undefined): void {
+    if (!this.loadingHolds.delete(fh) || this.unmounting !== undefined) {
+      hold?.release(); // released (or unmounting) meanwhile
+      return;
+    }
+    if (hold !== undefined) this.holds.set(fh, hold);
+    this.republish(nodeid); // the block is in DRAM now: the next open of this file is answered in C++
+  }
+
+  /** A load that an open answered early failed: its reads go to JS, which reads through the store. */
+  private loadFailed(fh: Handle, e: unknown): void {
+    if (this.loadingHolds.delete(fh)) this.session?.clearReadSource(fh);
+    this.warnHold(e);
+  }
+
+  private warnHold(e: unknown): void {
+    if (this.holdWarned) return;
+    this.holdWarned = true;
+    this.log(`reads served through JS for some files: ${(e as Error).message}`);
   }
 
   private untrack(fh: Handle): void {

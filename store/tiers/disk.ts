@@ -3,8 +3,17 @@
  * filesystem's metadata server suffers from millions of small files). Each record is self-describing:
  *
  *   [header, padded to RECORD_ALIGN_BYTES][payload, padded to RECORD_ALIGN_BYTES]
- *   header = magic u32 | format u8 | kind u8 | reserved u16 | payload length u64 | sha256 [32] |
- *            reserved [12] | crc32 of the preceding 60 bytes u32
+ *   header = magic u32 | format u8 | kind u8 | piece shift u8 | reserved u8 | payload length u64 |
+ *            sha256 [32] | table crc32c u32 | reserved [8] | crc32 of the preceding 60 bytes u32
+ *   piece table (right after the header, when piece shift != 0) = crc32c u32 of each 2^shift-byte
+ *            piece of the payload, the last one shorter
+ *
+ * The piece table lets a cold load check and publish a block piece by piece (the native fill,
+ * native/src/core/record.h, which checks the header itself too), so readers get its first bytes
+ * before the whole SHA-256 is known. The shift is the smallest from 18 (256 KiB) to 23 (8 MiB) whose
+ * table fits the header page (1,008 pieces); larger blocks, and records written without the native
+ * addon or before tables, have none (shift 0: readers ignore the byte, so older versions read these
+ * records as before).
  *
  * Records start on 4 KiB boundaries, so a scan can resynchronise after damage and payloads suit O_DIRECT.
  * Sealed segments are read-only and carry an index file (`seg-N.idx`) so that open does not read them.
@@ -30,6 +39,7 @@ import type { Tier, TierEntry, TierStats } from '../tier';
 import { allocAligned, pageBytes } from '../copy';
 import { sha256Hex } from '../hash';
 import { mkdirAll } from '../mkdir';
+import { nativeBinding } from '../../native';
 
 const RECORD_MAGIC = 0x31435343; // 'CSC1' little-endian
 const RECORD_FORMAT = 1;
@@ -162,13 +172,60 @@ function alignUp(n: number): number {
   return Math.ceil(n / RECORD_ALIGN_BYTES) * RECORD_ALIGN_BYTES;
 }
 
-function encodeHeader(sha256: string, sizeBytes: number): Buffer {
+/** A record's piece table: CRC-32C of each 2^shift-byte piece of its payload. */
+interface PieceTable {
+  shift: number;
+  crcs: Uint32Array;
+}
+
+/** Payloads at least this large get their piece CRCs on a worker thread (~10 GB/s: 0.1 ms per MiB). */
+const PIECE_CRC_ASYNC_MIN_BYTES = 1024 * 1024;
+/** The largest piece shift (8 MiB), a divisor of the staging buffer: large records get their table chunk by chunk. */
+const PIECE_SHIFT_MAX = 23;
+
+/** The piece shift a record of sizeBytes gets a table with; 0: none (no addon, empty, or too large). */
+function pieceShiftFor(sizeBytes: number): number {
+  return nativeBinding()?.recordPieceShift(sizeBytes) ?? 0;
+}
+
+/** The CRC-32C of each 2^shift-byte piece of `bytes` (the addon's; callers checked pieceShiftFor). */
+async function pieceCrcs(bytes: Uint8Array, shift: number): Promise<Uint32Array> {
+  const b = nativeBinding();
+  assert(b !== undefined && shift > 0, 'piece CRCs need the addon and a piece size');
+  return bytes.length >= PIECE_CRC_ASYNC_MIN_BYTES ? b.crc32cPiecesAsync(bytes, shift) : b.crc32cPieces(bytes, shift);
+}
+
+/** The table of a whole payload, or undefined where it gets none. */
+async function pieceTableOf(payload: Uint8Array): Promise<PieceTable | undefined> {
+  const shift = pieceShiftFor(payload.length);
+  return shift === 0 ? undefined : { shift, crcs: await pieceCrcs(payload, shift) };
+}
+
+function concatCrcs(parts: Uint32Array[]): Uint32Array {
+  const all = new Uint32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    all.set(p, at);
+    at += p.length;
+  }
+  return all;
+}
+
+function encodeHeader(sha256: string, sizeBytes: number, table?: PieceTable): Buffer {
   const h = Buffer.alloc(RECORD_ALIGN_BYTES);
   h.writeUInt32LE(RECORD_MAGIC, 0);
   h.writeUInt8(RECORD_FORMAT, 4);
   h.writeUInt8(RECORD_KIND_BLOCK, 5);
   h.writeBigUInt64LE(BigInt(sizeBytes), 8);
   h.write(sha256, 16, 32, 'hex');
+  if (table !== undefined) {
+    const n = table.crcs.length;
+    assert(n === Math.ceil(sizeBytes / 2 ** table.shift) && RECORD_HEADER_BYTES + 4 * n <= RECORD_ALIGN_BYTES, 'a piece table covers its payload and fits the header page');
+    h.writeUInt8(table.shift, 6);
+    for (let i = 0; i < n; i++) h.writeUInt32LE(table.crcs[i], RECORD_HEADER_BYTES + 4 * i);
+    const tableBytes = h.subarray(RECORD_HEADER_BYTES, RECORD_HEADER_BYTES + 4 * n);
+    h.writeUInt32LE(nativeBinding()!.crc32cPieces(tableBytes, PIECE_SHIFT_MAX)[0], 48); // one piece: the table's CRC-32C
+  }
   h.writeUInt32LE(crc32(h.subarray(0, RECORD_HEADER_BYTES - 4)), RECORD_HEADER_BYTES - 4);
   return h;
 }
@@ -396,8 +453,9 @@ export class DiskSegmentTier implements Tier {
       let at = 0;
       for (const r of run) {
         const payloadAt = at + RECORD_ALIGN_BYTES;
-        encodeHeader(r.key, r.sizeBytes).copy(buf, at);
-        await fill(r.key, buf.subarray(payloadAt, payloadAt + r.sizeBytes), 0);
+        const payload = buf.subarray(payloadAt, payloadAt + r.sizeBytes);
+        await fill(r.key, payload, 0);
+        encodeHeader(r.key, r.sizeBytes, await pieceTableOf(payload)).copy(buf, at);
         at += recordBytes(r.sizeBytes);
         buf.fill(0, payloadAt + r.sizeBytes, at); // padding: the staging buffer holds old bytes
       }
@@ -406,26 +464,28 @@ export class DiskSegmentTier implements Tier {
     } else {
       assert(run.length === 1, 'a record over the staging size goes alone');
       const r = run[0];
+      // The payload first, in buffer-sized chunks (whole pieces each: pieces divide the buffer), its
+      // piece CRCs taken chunk by chunk; the header page with the table last, at the record's start.
+      const shift = pieceShiftFor(r.sizeBytes);
+      assert(buf.length % 2 ** PIECE_SHIFT_MAX === 0, 'the staging buffer holds whole pieces');
       offset = await this.appendBytes(seg, runBytes, async (start) => {
         let done = 0; // payload bytes written
-        let pos = start;
-        while (pos < start + runBytes) {
-          let at = 0;
-          if (done === 0) {
-            encodeHeader(r.key, r.sizeBytes).copy(buf, 0);
-            buf.fill(0, RECORD_HEADER_BYTES, RECORD_ALIGN_BYTES);
-            at = RECORD_ALIGN_BYTES;
-          }
-          const n = Math.min(r.sizeBytes - done, buf.length - at);
-          await fill(r.key, buf.subarray(at, at + n), done).catch((e: unknown) => Promise.reject(new FillFailed(e)));
+        let pos = start + RECORD_ALIGN_BYTES;
+        const crcs: Uint32Array[] = [];
+        while (done < r.sizeBytes) {
+          const n = Math.min(r.sizeBytes - done, buf.length);
+          await fill(r.key, buf.subarray(0, n), done).catch((e: unknown) => Promise.reject(new FillFailed(e)));
+          if (shift > 0) crcs.push(await pieceCrcs(buf.subarray(0, n), shift));
           done += n;
-          at += n;
-          const padded = alignUp(at);
-          buf.fill(0, at, padded);
+          const padded = alignUp(n);
+          buf.fill(0, n, padded);
           await put(buf.subarray(0, padded), pos);
           pos += padded;
         }
         assert(done === r.sizeBytes && pos === start + runBytes, 'a large record is written to its computed length');
+        const table = shift > 0 ? { shift, crcs: concatCrcs(crcs) } : undefined;
+        encodeHeader(r.key, r.sizeBytes, table).copy(buf, 0);
+        await put(buf.subarray(0, RECORD_ALIGN_BYTES), start);
       });
     }
     let at = offset;
@@ -484,7 +544,8 @@ export class DiskSegmentTier implements Tier {
     const need = recordBytes(data.length);
     const seg = await this.activeFor(need);
     const pad = alignUp(data.length) - data.length;
-    const parts = pad > 0 ? [encodeHeader(key, data.length), data, Buffer.alloc(pad)] : [encodeHeader(key, data.length), data];
+    const header = encodeHeader(key, data.length, await pieceTableOf(data));
+    const parts = pad > 0 ? [header, data, Buffer.alloc(pad)] : [header, data];
     const offset = await this.appendBytes(seg, need, async (start) => {
       await writeFully(seg.fd, parts, start, this.io);
       this.bufferedBytes += need;
@@ -531,7 +592,7 @@ export class DiskSegmentTier implements Tier {
    * lands the bytes in their final memory and hashes them on the way: no buffer, no second copy), with
    * read()'s checks: the header against the index, the bytes' SHA-256 against the key (ECORRUPT).
    */
-  async readWith(key: string, fill: (fd: number, payloadOffsetBytes: number, aheadBytes: number) => Promise<string>): Promise<void> {
+  async readWith(key: string, fill: (fd: number, recordOffsetBytes: number, aheadBytes: number) => Promise<string>): Promise<void> {
     this.checkOpen();
     assert(this.readsWith(), 'readWith only with the real disk I/O');
     const loc = this.index.get(key);
@@ -549,10 +610,14 @@ export class DiskSegmentTier implements Tier {
       const [header, filled] = await Promise.allSettled([
         this.checkHeader(key, loc),
         // (async: a fill that throws at once still waits for the header check, never leaves it unhandled)
-        (async () => fill(seg.fd, loc.offsetBytes + RECORD_ALIGN_BYTES, aheadBytes))().catch((e: unknown) => Promise.reject(readFailed(seg.file, e))),
+        (async () => fill(seg.fd, loc.offsetBytes, aheadBytes))(),
       ]);
       if (header.status === 'rejected') throw header.reason;
-      if (filled.status === 'rejected') throw filled.reason;
+      if (filled.status === 'rejected') {
+        const e = filled.reason as { code?: unknown; message?: unknown };
+        // The native fill checks the header, the piece CRCs and the hash itself: a mismatch is this record's damage.
+        throw e.code === 'ECORRUPT' ? this.corrupt(key, loc, String(e.message)) : readFailed(seg.file, e);
+      }
       if (filled.value !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
     } finally {
       seg.readers--;

@@ -274,6 +274,56 @@ describe('native engine: real mounts', function () {
     fs.closeSync(fd);
   });
 
+  it('a block loading from disk is read while it loads: each read served in C++ once its pieces pass their CRC-32C; a damaged piece gives EIO, never its bytes', async () => {
+    const mnt = await start('streamed', ['--engine', 'native', '--dram', '256M']);
+    const f = path.join(mnt, 'kv', 'm', 'cold');
+    const data = randomBytes(24 * MiB + 4321);
+    fs.writeFileSync(f, data);
+    const evict = () => {
+      const r = spawnSync(process.execPath, [CLI, 'evict', f], { encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+    };
+    evict();
+    const before = stats(mnt).engine;
+    const dd = spawnSync('dd', [`if=${f}`, 'bs=1M', 'status=none'], { maxBuffer: 64 * MiB });
+    assert.equal(dd.status, 0, String(dd.stderr));
+    assert.equal(sha(dd.stdout), sha(data), 'byte-exact');
+    const after = stats(mnt).engine;
+    assert.ok((after.gatedReads as number) > (before.gatedReads as number), 'reads were served while the block loaded');
+    assert.equal(after.gatedToJs, before.gatedToJs, 'none went to JS');
+
+    // One byte of its 21st MiB flipped on disk: the load fails at that piece. Whatever a reader got
+    // before is the file's own bytes; then EIO.
+    evict();
+    const segDir = path.join(root, 'streamed', 'data', 'segments');
+    const seg = path.join(segDir, fs.readdirSync(segDir).find((n) => n.endsWith('.log'))!);
+    const bytes = fs.readFileSync(seg);
+    const header = bytes.indexOf(Buffer.from(sha(data), 'hex')) - 16;
+    assert.ok(header >= 0 && header % 4096 === 0, 'the record header');
+    const at = header + 4096 + 20 * MiB + 7;
+    const fd = fs.openSync(seg, 'r+');
+    fs.writeSync(fd, Buffer.from([bytes[at] ^ 0x10]), 0, 1, at);
+    fs.closeSync(fd);
+    const py = spawnSync('python3', ['-c', `
+import errno, hashlib, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+got = bytearray()
+try:
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b: break
+        got += b
+    print('no error', len(got))
+except OSError as e:
+    print('errno', e.errno, len(got), hashlib.sha256(got).hexdigest())
+`, f], { encoding: 'utf8' });
+    const [word, code, n, digest] = py.stdout.trim().split(' ');
+    assert.equal(word, 'errno', py.stdout + py.stderr);
+    assert.equal(Number(code), 5, 'EIO');
+    assert.ok(Number(n) <= 20 * MiB, `${n} bytes before the error: none of the damaged piece (256 KiB pieces: it starts at 20 MiB)`);
+    assert.equal(digest, sha(data.subarray(0, Number(n))), 'the bytes read before the error are the file\'s');
+  });
+
   it('ioctl on a file is ENOTTY, answered in C++ (isatty from every Python open is no trip into JS)', async () => {
     const mnt = await start('ioctl', ['--engine', 'native']);
     const f = path.join(mnt, 'kv', 'm', 'x');

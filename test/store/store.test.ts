@@ -419,12 +419,18 @@ describe('Store', function () {
     store = await open(dir, native); // DRAM starts empty: both blocks are on disk only
     const arena = (store.dram as NativeArenaTier).arenaBinding()!;
     let fills = 0;
-    const fill = arena.fillFromFileAsync.bind(arena);
+    const fill = arena.fillRecordAsync.bind(arena);
     // The binding's methods are read-only on its prototype: shadow this one on the instance.
-    Object.defineProperty(arena, 'fillFromFileAsync', { value: (h: number, fd: number, off: number, ahead: number) => (fills++, fill(h, fd, off, ahead)) });
+    Object.defineProperty(arena, 'fillRecordAsync', {
+      value: (h: number, fd: number, off: number, sha: string, ahead: number) => (fills++, fill(h, fd, off, sha, ahead)),
+    });
     for (const [name, bytes] of [['m/big', data], ['m/small', small]] as const) {
       const hits = { ...(await store.stats()).hits };
-      const hold = await store.holdInDram(await store.resolve(name));
+      // onLoading names the arena block being filled, before the hold (the load) ends.
+      const announced: number[] = [];
+      const hold = await store.holdInDram(await store.resolve(name), (h) => announced.push(h));
+      assert.equal(announced.length, 1, 'the load was announced once');
+      assert.equal(arena.describe(announced[0]).sizeBytes, bytes.length, 'with the block that now holds it');
       hold.release();
       assert.deepEqual((await store.stats()).hits, { ...hits, disk: hits.disk + 1 }, 'a hold that loads from disk is one disk hit');
       const again = await store.holdInDram(await store.resolve(name));
@@ -436,13 +442,17 @@ describe('Store', function () {
     assert.equal(fills, 2, 'both loads went straight into the arena');
     await store.close();
 
-    // One flipped payload byte: the load fails its SHA-256 check, nothing is kept or served.
+    // One flipped payload byte: the load fails its piece's CRC-32C (5 MiB: 256 KiB pieces, the 17th),
+    // nothing is kept or served.
     const seg = fs.readdirSync(path.join(dir, 'segments')).find((f) => f.endsWith('.log'))!;
     const fd = fs.openSync(path.join(dir, 'segments', seg), 'r+');
     fs.writeSync(fd, Buffer.from([data[4 * MiB] ^ 0x01]), 0, 1, RECORD_ALIGN_BYTES + 4 * MiB);
     fs.closeSync(fd);
     store = await open(dir, native);
-    await rejectsWith(async () => (await store.holdInDram(await store.resolve('m/big'))).release(), 'ECORRUPT');
+    await assert.rejects(
+      async () => (await store.holdInDram(await store.resolve('m/big'))).release(),
+      (e: Error & { code?: string }) => e.code === 'ECORRUPT' && /piece 16 \(bytes 4194304-4456448\) fails its CRC-32C/.test(e.message),
+    );
     assert.notEqual((await store.stat('m/big')).tier, 'dram');
     await rejectsWith(() => store.get('m/big'), 'EIO'); // quarantined: in no tier now
     assert.ok((await store.get('m/small')).equals(small), 'its neighbour is intact');

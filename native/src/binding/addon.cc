@@ -123,7 +123,7 @@ void InitMapping(Napi::Env env, Napi::Object exports) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("abiVersion", Napi::Number::New(env, 10));  // 10: FuseSession.setStagedAttr
+  exports.Set("abiVersion", Napi::Number::New(env, 11));  // 11: record piece tables, fillRecordAsync, setLoadingReadSource
   exports.Set("features", Features(env));
   InitArena(env, exports);
   InitHashIo(env, exports);

@@ -50,7 +50,8 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
                         InstanceMethod("describe", &ArenaWrap::Describe), InstanceMethod("stats", &ArenaWrap::Stats),
                         InstanceMethod("region", &ArenaWrap::Region), InstanceMethod("close", &ArenaWrap::Close),
                         InstanceMethod("name", &ArenaWrap::Name), InstanceMethod("sha256Async", &ArenaWrap::Sha256Async),
-                        InstanceMethod("fits", &ArenaWrap::Fits), InstanceMethod("freeBytes", &ArenaWrap::FreeBytes), InstanceMethod("fillFromFileAsync", &ArenaWrap::FillFromFileAsync)});
+                        InstanceMethod("fits", &ArenaWrap::Fits), InstanceMethod("freeBytes", &ArenaWrap::FreeBytes), InstanceMethod("fillFromFileAsync", &ArenaWrap::FillFromFileAsync),
+                        InstanceMethod("fillRecordAsync", &ArenaWrap::FillRecordAsync)});
   }
 
   // The arena for a Fabric to register; null when closed.
@@ -188,6 +189,7 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
   // fillFromFileAsync(handle, fd, fileOffsetBytes, aheadBytes): read the block's bytes from the file into it on a
   // worker thread, hashing them as they land; resolves to the SHA-256 (hex) of what was read.
   Napi::Value FillFromFileAsync(const Napi::CallbackInfo& info);
+  Napi::Value FillRecordAsync(const Napi::CallbackInfo& info);
   Napi::Value QueueWork(const Napi::CallbackInfo& info, PromiseWorker* worker);
 
   Napi::Value Describe(const Napi::CallbackInfo& info) {
@@ -351,6 +353,49 @@ Napi::Value ArenaWrap::FillFromFileAsync(const Napi::CallbackInfo& info) {
     return info.Env().Undefined();
   }
   return QueueWork(info, new ArenaFillWorker(info.Env(), this, a, handle, static_cast<int>(fd), offset, ahead));
+}
+
+class ArenaRecordWorker : public ArenaHexWorker {
+ public:
+  ArenaRecordWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle, int fd, uint64_t recordOffsetBytes, const uint8_t* sha256,
+                    uint64_t aheadBytes)
+      : ArenaHexWorker(env, "cascade.arena.fillRecord", owner, arena, handle), fd_(fd), recordOffsetBytes_(recordOffsetBytes), aheadBytes_(aheadBytes) {
+    memcpy(sha256_, sha256, sizeof sha256_);
+  }
+  void Execute() override {
+    std::string why;
+    status_ = arena_->FillRecord(handle_, fd_, recordOffsetBytes_, sha256_, aheadBytes_, &hex_, &why);
+    if (status_ != Status::kOk) message_ = "arena: cannot fill block " + std::to_string(handle_) + (why.empty() ? "" : ": " + why);
+  }
+
+ private:
+  int fd_;
+  uint64_t recordOffsetBytes_;
+  uint64_t aheadBytes_;
+  uint8_t sha256_[32];
+};
+
+// fillRecordAsync(handle, fd, recordOffsetBytes, sha256Hex, aheadBytes): Promise<string>.
+Napi::Value ArenaWrap::FillRecordAsync(const Napi::CallbackInfo& info) {
+  Arena* a = Open(info);
+  uint64_t handle, fd, offset, ahead;
+  std::string hex;
+  if (a == nullptr || !ArgU64(info, 0, "handle", &handle) || !ArgU64(info, 1, "fd", &fd) || !ArgU64(info, 2, "recordOffsetBytes", &offset) ||
+      !ArgString(info, 3, "sha256", &hex) || !ArgU64(info, 4, "aheadBytes", &ahead)) {
+    return info.Env().Undefined();
+  }
+  uint8_t sha[32];
+  if (fd > 0x7fffffff || ahead > kFillAheadMaxBytes || !ParseHexName(hex, sha)) {
+    ThrowCode(info.Env(), "EINVAL", "fillRecordAsync: an open fd, a 64-digit lowercase sha256 and aheadBytes up to " + std::to_string(kFillAheadMaxBytes));
+    return info.Env().Undefined();
+  }
+  // Readers gated on the block wait from now on, not only once the worker thread starts.
+  const Status marked = a->MarkFilling(handle);
+  if (marked != Status::kOk) {
+    ThrowStatus(info.Env(), marked, "fillRecordAsync: block " + std::to_string(handle) + " is not live");
+    return info.Env().Undefined();
+  }
+  return QueueWork(info, new ArenaRecordWorker(info.Env(), this, a, handle, static_cast<int>(fd), offset, sha, ahead));
 }
 
 Napi::FunctionReference* arenaConstructor = nullptr;

@@ -165,6 +165,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
                            InstanceMethod<&FuseSessionWrap::Reply>("reply"),
                            InstanceMethod<&FuseSessionWrap::SetReadSource>("setReadSource"),
                            InstanceMethod<&FuseSessionWrap::ClearReadSource>("clearReadSource"),
+                           InstanceMethod<&FuseSessionWrap::SetLoadingReadSource>("setLoadingReadSource"),
                            InstanceMethod<&FuseSessionWrap::WriteArenaTo>("writeArenaTo"),
                            InstanceMethod<&FuseSessionWrap::MarkReadOnly>("markReadOnly"),
                            InstanceMethod<&FuseSessionWrap::SetStagedAttr>("setStagedAttr"),
@@ -403,6 +404,18 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     return p;
   }
 
+  // setLoadingReadSource(fh, arenaHandle): reads of fh wait for the block's fill (see Session).
+  Napi::Value SetLoadingReadSource(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t fh, handle;
+    if (!ArgU64(info, 0, "fh", &fh) || !ArgU64(info, 1, "handle", &handle)) return env.Undefined();
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    const Status st = s->SetLoadingReadSource(fh, handle);
+    if (st != Status::kOk) ThrowStatus(env, st, "setLoadingReadSource: no arena, a stale block, or too many sources");
+    return env.Undefined();
+  }
+
   Napi::Value ClearReadSource(const Napi::CallbackInfo& info) {
     uint64_t fh;
     if (!ArgU64(info, 0, "fh", &fh)) return info.Env().Undefined();
@@ -496,6 +509,8 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("forwarded", static_cast<double>(s.forwarded));
     o.Set("servedReads", static_cast<double>(s.servedReads));
     o.Set("servedReadBytes", static_cast<double>(s.servedReadBytes));
+    o.Set("gatedReads", static_cast<double>(s.gatedReads));
+    o.Set("gatedToJs", static_cast<double>(s.gatedToJs));
     o.Set("servedFlushes", static_cast<double>(s.servedFlushes));
     o.Set("servedWrites", static_cast<double>(s.servedWrites));
     o.Set("servedWriteBytes", static_cast<double>(s.servedWriteBytes));

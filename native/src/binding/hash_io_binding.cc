@@ -6,13 +6,17 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
+#include "../core/crc32c.h"
 #include "../core/io.h"
+#include "../core/record.h"
 #include "../core/sha256.h"
 #include "common.h"
 #include "init.h"
@@ -132,6 +136,77 @@ Napi::Value Sha256Async(const Napi::CallbackInfo& info) {
   worker->Keep(info[0]);
   worker->Queue();
   return worker->Promise();
+}
+
+// The CRC-32C of each 2^pieceShift-byte piece of data (the last may be shorter): a disk record's
+// piece table (core/record.h).
+void PieceCrcs(const uint8_t* data, uint64_t lengthBytes, uint32_t pieceShift, std::vector<uint32_t>* out) {
+  const uint64_t piece = uint64_t{1} << pieceShift;
+  out->clear();
+  for (uint64_t at = 0; at < lengthBytes; at += piece) out->push_back(Crc32c(0, data + at, static_cast<size_t>(std::min(piece, lengthBytes - at))));
+}
+
+Napi::Value CrcArray(Napi::Env env, const std::vector<uint32_t>& crcs) {
+  Napi::Uint32Array a = Napi::Uint32Array::New(env, crcs.size());
+  if (!crcs.empty()) memcpy(a.Data(), crcs.data(), crcs.size() * 4);
+  return a;
+}
+
+bool PieceArgs(const Napi::CallbackInfo& info, uint8_t** data, uint64_t* length, uint32_t* shift) {
+  uint64_t s;
+  if (!ArgBytes(info, 0, "data", data, length) || !ArgU64(info, 1, "pieceShift", &s)) return false;
+  if (s < kPieceShiftMin || s > kPieceShiftMax) {
+    ThrowCode(info.Env(), "EINVAL", "pieceShift must be in [" + std::to_string(kPieceShiftMin) + ", " + std::to_string(kPieceShiftMax) + "]");
+    return false;
+  }
+  *shift = static_cast<uint32_t>(s);
+  return true;
+}
+
+class PieceCrcWorker : public PromiseWorker {
+ public:
+  PieceCrcWorker(Napi::Env env, const uint8_t* data, uint64_t lengthBytes, uint32_t shift)
+      : PromiseWorker(env, "cascade.crc32cPieces"), data_(data), lengthBytes_(lengthBytes), shift_(shift) {}
+  void Execute() override { PieceCrcs(data_, lengthBytes_, shift_, &crcs_); }
+
+ protected:
+  Napi::Value Result() override { return CrcArray(Env(), crcs_); }
+
+ private:
+  const uint8_t* data_;
+  uint64_t lengthBytes_;
+  uint32_t shift_;
+  std::vector<uint32_t> crcs_;
+};
+
+// crc32cPieces(data, pieceShift): Uint32Array, on the calling thread.
+Napi::Value Crc32cPiecesSync(const Napi::CallbackInfo& info) {
+  uint8_t* data;
+  uint64_t length;
+  uint32_t shift;
+  if (!PieceArgs(info, &data, &length, &shift)) return info.Env().Undefined();
+  std::vector<uint32_t> crcs;
+  PieceCrcs(data, length, shift, &crcs);
+  return CrcArray(info.Env(), crcs);
+}
+
+// crc32cPiecesAsync(data, pieceShift): Promise<Uint32Array>, on a worker thread (data must not change).
+Napi::Value Crc32cPiecesAsync(const Napi::CallbackInfo& info) {
+  uint8_t* data;
+  uint64_t length;
+  uint32_t shift;
+  if (!PieceArgs(info, &data, &length, &shift)) return info.Env().Undefined();
+  auto* worker = new PieceCrcWorker(info.Env(), data, length, shift);
+  worker->Keep(info[0]);
+  worker->Queue();
+  return worker->Promise();
+}
+
+// recordPieceShift(sizeBytes): the piece size (log2) of a record's table; 0 for none.
+Napi::Value RecordPieceShift(const Napi::CallbackInfo& info) {
+  uint64_t size;
+  if (!ArgU64(info, 0, "sizeBytes", &size)) return info.Env().Undefined();
+  return Napi::Number::New(info.Env(), PieceShiftFor(size));
 }
 
 Napi::Value Sha256Sync(const Napi::CallbackInfo& info) {
@@ -356,6 +431,9 @@ void InitHashIo(Napi::Env env, Napi::Object exports) {
   exports.Set("pwrite", Napi::Function::New(env, Pwrite, "pwrite"));
   exports.Set("fdatasync", Napi::Function::New(env, FdatasyncAsync, "fdatasync"));
   exports.Set("fadvise", Napi::Function::New(env, FadviseSync, "fadvise"));
+  exports.Set("crc32cPieces", Napi::Function::New(env, Crc32cPiecesSync, "crc32cPieces"));
+  exports.Set("crc32cPiecesAsync", Napi::Function::New(env, Crc32cPiecesAsync, "crc32cPiecesAsync"));
+  exports.Set("recordPieceShift", Napi::Function::New(env, RecordPieceShift, "recordPieceShift"));
   exports.Set("openFile", Napi::Function::New(env, OpenFileSync, "openFile"));
   exports.Set("alignedBuffer", Napi::Function::New(env, AlignedBuffer, "alignedBuffer"));
   exports.Set("pageBytes", Napi::Function::New(env, PageBytes, "pageBytes"));

@@ -1,6 +1,9 @@
 #include "arena.h"
 
 #include "check.h"
+#include "crc32c.h"
+#include "io.h"
+#include "record.h"
 #include "sha256.h"
 
 #include <errno.h>
@@ -10,8 +13,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <system_error>
 #include <thread>
 #include <cassert>
@@ -56,10 +61,13 @@ static_assert(kParallelFillAdviseBytes >= kFillChunkBytes && kParallelFillAheadB
 class FillCopier {
  public:
   // windowBytes kept requested ahead, in requests of adviseBytes; aheadBytes past the block's end.
+  // With a piece table (pieceShift != 0), every piece is checked against its CRC-32C as it lands and
+  // published (checked: the block's first bytes up to there) before the next is read.
   FillCopier(uint8_t* base, const std::vector<Extent>& runs, uint64_t sizeBytes, int fd, uint64_t fileOffsetBytes, uint64_t aheadBytes,
-             uint64_t windowBytes, uint64_t adviseBytes)
+             uint64_t windowBytes, uint64_t adviseBytes, const PieceTable* table, std::function<void(uint64_t)> checked)
       : base_(base), runs_(runs), sizeBytes_(sizeBytes), fd_(fd), offsetBytes_(fileOffsetBytes), aheadBytes_(aheadBytes),
-        endBytes_(fileOffsetBytes + sizeBytes), windowBytes_(windowBytes), adviseBytes_(adviseBytes), advisedBytes_(fileOffsetBytes) {}
+        endBytes_(fileOffsetBytes + sizeBytes), windowBytes_(windowBytes), adviseBytes_(adviseBytes), advisedBytes_(fileOffsetBytes),
+        table_(table != nullptr && table->pieceShift != 0 ? table : nullptr), checked_(std::move(checked)) {}
 
   // Copies everything, publishing how far it got after each piece; stops at the first error, or once
   // the hasher has given up.
@@ -109,7 +117,7 @@ class FillCopier {
           run++;
         }
       }
-      if (done && hashed == copied) return hashed == sizeBytes_ ? Status::kOk : Status::kIo;
+      if (done && hashed == copied) return hashed == sizeBytes_ ? Status::kOk : status_ != Status::kOk ? status_ : Status::kIo;
     }
   }
 
@@ -117,8 +125,10 @@ class FillCopier {
   Status RunHashing(Sha256* hasher) {
     bool hashed = true;
     Copy([&](const uint8_t* at, uint64_t n) { return hashed = hasher->Update(at, n) == Status::kOk; });
-    return status_ != Status::kOk || !hashed ? Status::kIo : Status::kOk;
+    return status_ != Status::kOk ? status_ : !hashed ? Status::kIo : Status::kOk;
   }
+
+  Status status() const { return status_; }
 
   const std::string& error() const { return error_; }
 
@@ -152,6 +162,7 @@ class FillCopier {
           return;
         }
         while (advisedBytes_ < endBytes_ && advisedBytes_ < pos + windowBytes_) AdviseTo(std::min(endBytes_, advisedBytes_ + adviseBytes_));
+        if (table_ != nullptr && !CheckPieces(at, pos - offsetBytes_, static_cast<uint64_t>(n))) return;
         if (!onPiece(at, static_cast<uint64_t>(n))) return;
         at += n;
         pos += static_cast<uint64_t>(n);
@@ -165,12 +176,39 @@ class FillCopier {
     }
   }
 
+  // Feeds [blockOffset, +n) to the pieces' CRC-32C; false (and the error) at a piece that fails it.
+  bool CheckPieces(const uint8_t* at, uint64_t blockOffset, uint64_t n) {
+    const uint32_t shift = table_->pieceShift;
+    while (n > 0) {
+      const uint64_t piece = blockOffset >> shift;
+      const uint64_t pieceEnd = std::min(sizeBytes_, (piece + 1) << shift);
+      const uint64_t take = std::min(n, pieceEnd - blockOffset);
+      pieceCrc_ = Crc32c(pieceCrc_, at, static_cast<size_t>(take));
+      at += take;
+      blockOffset += take;
+      n -= take;
+      if (blockOffset < pieceEnd) continue;
+      Check(piece < table_->crcs.size(), "a record's table has a CRC for each piece");
+      if (pieceCrc_ != table_->crcs[piece]) {
+        error_ = "piece " + std::to_string(piece) + " (bytes " + std::to_string(piece << shift) + "-" + std::to_string(pieceEnd) + ") fails its CRC-32C";
+        status_ = Status::kCorrupt;
+        return false;
+      }
+      pieceCrc_ = 0;
+      checked_(pieceEnd);
+    }
+    return true;
+  }
+
   uint8_t* const base_;
   const std::vector<Extent>& runs_;
   const uint64_t sizeBytes_;
   const int fd_;
   const uint64_t offsetBytes_, aheadBytes_, endBytes_, windowBytes_, adviseBytes_;
   uint64_t advisedBytes_;  // the copier's own
+  const PieceTable* const table_;
+  const std::function<void(uint64_t)> checked_;
+  uint32_t pieceCrc_ = 0;  // of the piece being read, so far
   Status status_ = Status::kOk;  // the copier's; read after it is done (joined)
   std::string error_;
   std::atomic<bool> stop_{false};
@@ -179,6 +217,19 @@ class FillCopier {
   uint64_t copiedBytes_ = 0;  // under mutex_
   bool done_ = false;         // under mutex_
 };
+
+}  // namespace
+
+namespace {
+
+bool HexIs(const std::string& hex, const uint8_t* raw) {
+  static const char* digits = "0123456789abcdef";
+  if (hex.size() != 64) return false;
+  for (size_t i = 0; i < 32; i++) {
+    if (hex[2 * i] != digits[raw[i] >> 4] || hex[2 * i + 1] != digits[raw[i] & 15]) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -422,6 +473,8 @@ Status Arena::Allocate(uint64_t sizeBytes, uint64_t* handle) {
   Slot& slot = slots_[index];
   Check(!slot.live && slot.copiesInFlight == 0 && !slot.releasePending, "a free slot is idle");
   slot.live = true;
+  slot.fill = kFillNone;
+  slot.verifiedBytes = 0;
   slot.sizeBytes = sizeBytes;
   slot.runs = std::move(runs);
   slot.blockOffsets.clear();
@@ -485,6 +538,7 @@ Status Arena::Free(uint64_t handle) {
   // A new generation now: the freed handle is stale at once, even while its pages are still read.
   slot.generation = slot.generation == kGenerationMax ? 1 : slot.generation + 1;
   counters_.frees++;
+  fillCv_.notify_all();  // readers waiting on its fill see it gone (a lost wakeup costs only their timeout)
   if (slot.copiesInFlight > 0) {
     slot.releasePending = true;
     counters_.deferredFrees++;
@@ -745,31 +799,111 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, ui
   Status s = BeginCopy(handle, &slot);
   if (s != Status::kOk) return s;
   const uint32_t index = static_cast<uint32_t>((handle & ((uint64_t{1} << kHandleSlotBits) - 1)) - 1);
-  Sha256 hasher;
-  if (!hasher.ok()) {
-    EndCopy(slot, index);
-    return Status::kIo;
-  }
-  bool parallel = slot->sizeBytes >= kParallelFillMinBytes;
-  FillCopier copier(base_, slot->runs, slot->sizeBytes, fd, fileOffsetBytes, aheadBytes, parallel ? kParallelFillAheadBytes : kFillAheadBytes,
-                    parallel ? kParallelFillAdviseBytes : kFillAdviseBytes);
-  if (parallel) {
-    // Copy on a thread of its own and hash behind it here: a cold block then takes about the longer of
-    // the two (device + copy, or hash) instead of their sum, which is what one thread gave, stalled in
-    // pread whenever it had caught up with the device.
-    try {
-      std::thread reader([&copier] { copier.Run(); });
-      s = copier.HashBehind(&hasher);
-      reader.join();
-    } catch (const std::system_error&) {
-      parallel = false;  // no thread to be had: both on this one
-    }
-  }
-  if (!parallel) s = copier.RunHashing(&hasher);
-  if (s != Status::kOk) *error = copier.error().empty() ? "the hash failed" : copier.error();
-  if (s == Status::kOk) s = hasher.HexDigest(hex);
+  s = Fill(slot, index, fd, fileOffsetBytes, aheadBytes, nullptr, nullptr, hex, error);
   EndCopy(slot, index);
   return s;
+}
+
+Status Arena::FillRecord(uint64_t handle, int fd, uint64_t recordOffsetBytes, const uint8_t* sha256, uint64_t aheadBytes, std::string* hex,
+                         std::string* error) {
+  if (aheadBytes > kFillAheadMaxBytes || recordOffsetBytes > UINT64_MAX - kRecordPageBytes) return Status::kInvalid;
+  Slot* slot;
+  Status s = BeginCopy(handle, &slot);
+  if (s != Status::kOk) return s;
+  const uint32_t index = static_cast<uint32_t>((handle & ((uint64_t{1} << kHandleSlotBits) - 1)) - 1);
+  const uint32_t generation = static_cast<uint32_t>(handle >> kHandleSlotBits);
+  SetFillState(index, generation, kFilling, 0);
+  // The header page and the payload's first bytes in one request: the header is not a trip of its own.
+  (void)posix_fadvise(fd, static_cast<off_t>(recordOffsetBytes), static_cast<off_t>(kRecordPageBytes + std::min<uint64_t>(slot->sizeBytes, 1 << 20)),
+                      POSIX_FADV_WILLNEED);
+  std::vector<uint8_t> page(kRecordPageBytes);
+  uint64_t got = 0;
+  PieceTable table;
+  int err = 0;
+  s = PreadFully(fd, page.data(), page.size(), recordOffsetBytes, &got, &err);
+  if (s != Status::kOk) {
+    *error = std::string("pread: ") + strerror(err);
+  } else {
+    s = ParseRecordPage(page.data(), static_cast<size_t>(got), sha256, slot->sizeBytes, &table, error);
+  }
+  if (s == Status::kOk) s = Fill(slot, index, fd, recordOffsetBytes + kRecordPageBytes, aheadBytes, &table, sha256, hex, error);
+  else SetFillState(index, generation, kFillFailed, 0);
+  EndCopy(slot, index);
+  return s;
+}
+
+Status Arena::Fill(Slot* slot, uint32_t index, int fd, uint64_t payloadOffsetBytes, uint64_t aheadBytes, const PieceTable* table,
+                   const uint8_t* expectSha256, std::string* hex, std::string* error) {
+  const uint32_t generation = slot->generation;  // a copy in flight: the slot is not reused meanwhile
+  SetFillState(index, generation, kFilling, 0);
+  Sha256 hasher;
+  Status s = Status::kIo;
+  if (hasher.ok()) {
+    bool parallel = slot->sizeBytes >= kParallelFillMinBytes;
+    FillCopier copier(base_, slot->runs, slot->sizeBytes, fd, payloadOffsetBytes, aheadBytes, parallel ? kParallelFillAheadBytes : kFillAheadBytes,
+                      parallel ? kParallelFillAdviseBytes : kFillAdviseBytes, table,
+                      [this, index, generation](uint64_t checkedBytes) { SetFillState(index, generation, kFilling, checkedBytes); });
+    if (parallel) {
+      // Copy on a thread of its own and hash behind it here: a cold block then takes about the longer
+      // of the two (device + copy, or hash) instead of their sum, which is what one thread gave, stalled
+      // in pread whenever it had caught up with the device.
+      try {
+        std::thread reader([&copier] { copier.Run(); });
+        s = copier.HashBehind(&hasher);
+        reader.join();
+      } catch (const std::system_error&) {
+        parallel = false;  // no thread to be had: both on this one
+      }
+    }
+    if (!parallel) s = copier.RunHashing(&hasher);
+    if (s != Status::kOk) *error = copier.error().empty() ? "the hash failed" : copier.error();
+    if (s == Status::kOk) s = hasher.HexDigest(hex);
+    if (s == Status::kOk && expectSha256 != nullptr && !HexIs(*hex, expectSha256)) {
+      *error = "the payload fails its SHA-256";
+      hex->clear();
+      s = Status::kCorrupt;
+    }
+  }
+  // Done: with an expected SHA-256 every byte may now be read (with a table, each piece read before
+  // had passed its CRC-32C). Without one (FillFromFile) the caller checks the hash: not for readers
+  // gated on the fill.
+  SetFillState(index, generation, s == Status::kOk ? kFillNone : kFillFailed, 0);
+  return s;
+}
+
+void Arena::SetFillState(uint32_t slotIndex, uint32_t generation, uint8_t fill, uint64_t verifiedBytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Slot& slot = slots_[slotIndex];
+    if (slot.generation != generation) return;  // freed meanwhile: nobody waits on this slot any more
+    slot.fill = fill;
+    slot.verifiedBytes = verifiedBytes;
+  }
+  fillCv_.notify_all();
+}
+
+Status Arena::MarkFilling(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t index;
+  Status s = Lookup(handle, &index);
+  if (s != Status::kOk) return s;
+  slots_[index].fill = kFilling;
+  slots_[index].verifiedBytes = 0;
+  return Status::kOk;
+}
+
+Status Arena::WaitFilled(uint64_t handle, uint64_t endBytes, uint64_t timeoutMs) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    uint32_t index;
+    Status s = Lookup(handle, &index);
+    if (s != Status::kOk) return s;
+    const Slot& slot = slots_[index];
+    if (slot.fill == kFillNone || (slot.fill == kFilling && slot.verifiedBytes >= endBytes)) return Status::kOk;
+    if (slot.fill == kFillFailed) return Status::kIo;
+    if (fillCv_.wait_until(lock, deadline) == std::cv_status::timeout) return Status::kBusy;
+  }
 }
 
 ArenaStats Arena::Stats() {

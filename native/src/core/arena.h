@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -131,6 +132,20 @@ class Arena {
   // aheadBytes (at most kFillAheadMaxBytes): once the block's own bytes are all requested, the kernel is
   // asked to read this much after them too (the next records of a segment read in order).
   Status FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, uint64_t aheadBytes, std::string* hex, std::string* error);
+  // As FillFromFile, for a whole disk record at recordOffsetBytes (record.h): its header page is read
+  // and checked against the block (sha256: raw 32 bytes, and the slot's size) first. When the record
+  // has a piece table, each piece is checked against its CRC-32C as it lands and published at once
+  // (WaitFilled), before the whole SHA-256 is known; that SHA-256 is still computed and returned.
+  Status FillRecord(uint64_t handle, int fd, uint64_t recordOffsetBytes, const uint8_t* sha256, uint64_t aheadBytes, std::string* hex,
+                    std::string* error);
+  // For readers of a block being filled: waits up to timeoutMs until its first endBytes are checked
+  // (piece CRCs) or the fill is done. kOk: those bytes may be read; kIo: the fill failed; kStale: the
+  // handle is not live (freed: a failed fill's slot goes); kBusy: still not there after timeoutMs.
+  // A block not being filled is kOk at once.
+  Status WaitFilled(uint64_t handle, uint64_t endBytes, uint64_t timeoutMs);
+  // Marks a live block as being filled (WaitFilled waits) before its fill is queued to run, so a
+  // reader that comes first never sees it as complete.
+  Status MarkFilling(uint64_t handle);
 
   // Whether Allocate(sizeBytes) would find room now.
   bool Fits(uint64_t sizeBytes);
@@ -154,7 +169,10 @@ class Arena {
     std::vector<uint64_t> blockOffsets;
     std::string name;  // raw content name, empty when unnamed
     uint32_t slabClass = 0;  // 0: whole pages; else the size class (1-based) of its slab slot
+    uint8_t fill = kFillNone;     // a FillFromFile/FillRecord in progress, or one that failed
+    uint64_t verifiedBytes = 0;   // while filling: the first bytes checked (piece CRCs)
   };
+  static constexpr uint8_t kFillNone = 0, kFilling = 1, kFillFailed = 2;
 
   // A page carved into slots of one size class.
   struct Slab {
@@ -168,6 +186,11 @@ class Arena {
   // Under mutex_: find the live slot for a handle and count a copy in flight.
   Status BeginCopy(uint64_t handle, Slot** slot);
   void EndCopy(Slot* slot, uint32_t slotIndex);
+  // The fill of a block, shared by FillFromFile and FillRecord (table: null or empty for none).
+  // expectSha256 (raw, or null): a digest that differs fails the fill (kIo) before it is published done.
+  Status Fill(Slot* slot, uint32_t slotIndex, int fd, uint64_t payloadOffsetBytes, uint64_t aheadBytes, const struct PieceTable* table,
+              const uint8_t* expectSha256, std::string* hex, std::string* error);
+  void SetFillState(uint32_t slotIndex, uint32_t generation, uint8_t fill, uint64_t verifiedBytes);
   Status Lookup(uint64_t handle, uint32_t* slotIndex);
   void ReleasePages(uint32_t slotIndex);
   void TrimmedExtents(const Slot& slot, std::vector<Extent>* extents);
@@ -189,6 +212,7 @@ class Arena {
   uint64_t totalPages_;
 
   std::mutex mutex_;
+  std::condition_variable fillCv_;  // a fill published progress, ended, or a slot was freed
   std::deque<Slot> slots_;  // a deque: growing it never moves a slot a copy is using
   std::vector<uint32_t> freeSlots_;
   // Free pages: by start (to merge neighbours) and by (length, start) (for best fit).

@@ -14,6 +14,7 @@ enum class Status : int {
   kIo,        // EIO: a system call failed
   kBusy,      // EBUSY: the object is in use (a hasher with an update in flight)
   kClosed,    // EBADF: the object was closed
+  kCorrupt,   // ECORRUPT: stored bytes fail their check (a record header, a piece CRC, a SHA-256)
 };
 
 inline const char* StatusCode(Status s) {
@@ -26,6 +27,7 @@ inline const char* StatusCode(Status s) {
     case Status::kIo: return "EIO";
     case Status::kBusy: return "EBUSY";
     case Status::kClosed: return "EBADF";
+    case Status::kCorrupt: return "ECORRUPT";
   }
   return "EIO";
 }

@@ -559,6 +559,13 @@ bool Session::ServeRead(const uint8_t* message, size_t lengthBytes) {
     src = it->second;
   }
   const uint64_t end = std::min<uint64_t>(src->sizeBytes, in->offset + static_cast<uint64_t>(in->size));
+  // A block still loading: wait until these bytes are checked; a failed or stalled load goes to JS,
+  // which reads through the store (and waits for, or retries, the whole load).
+  if (src->gateHandle != 0 && (options_.arena == nullptr || options_.arena->WaitFilled(src->gateHandle, end, kGateWaitMs) != Status::kOk)) {
+    gatedToJs_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (src->gateHandle != 0) gatedReads_.fetch_add(1, std::memory_order_relaxed);
   struct iovec iov[kReplyIovMax];
   int count = 0;
   uint64_t pos = 0;  // block offset of the current extent
@@ -935,6 +942,21 @@ Status Session::SetReadSource(uint64_t fh, ReadSource source) {
   return Status::kOk;
 }
 
+Status Session::SetLoadingReadSource(uint64_t fh, uint64_t handle) {
+  if (arenaBase_ == nullptr || options_.arena == nullptr || handle == 0) return Status::kClosed;
+  auto hold = std::make_shared<ArenaHold>();
+  Status s = options_.arena->Keep(handle, hold.get());
+  if (s != Status::kOk) return s;
+  std::shared_ptr<Arena> arena = options_.arena;
+  ReadSource source;
+  source.sizeBytes = hold->sizeBytes;
+  for (const Extent& e : hold->extents) source.extents.emplace_back(e.arenaOffsetBytes, e.lengthBytes);
+  source.gateHandle = handle;
+  // The last reference (a read in flight may hold one after the source is cleared) gives the pages back.
+  source.gateHold = std::shared_ptr<const void>(hold.get(), [hold, arena](const void*) { arena->Unhold(*hold); });
+  return SetReadSource(fh, std::move(source));
+}
+
 void Session::ClearReadSource(uint64_t fh) {
   std::unique_lock<std::shared_mutex> lock(sourcesMutex_);
   sources_.erase(fh);
@@ -1010,6 +1032,8 @@ SessionStats Session::stats() const {
   s.forwarded = forwarded_.load();
   s.servedReads = servedReads_.load();
   s.servedReadBytes = servedReadBytes_.load();
+  s.gatedReads = gatedReads_.load();
+  s.gatedToJs = gatedToJs_.load();
   s.servedFlushes = servedFlushes_.load();
   s.servedWrites = servedWrites_.load();
   s.servedWriteBytes = servedWriteBytes_.load();

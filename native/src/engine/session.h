@@ -114,6 +114,8 @@ struct SessionStats {
   uint64_t forwarded = 0;
   uint64_t servedReads = 0;
   uint64_t servedReadBytes = 0;
+  uint64_t gatedReads = 0;  // reads of a block still loading, served once their bytes were checked
+  uint64_t gatedToJs = 0;   // ... and those JS answered (the load failed, or stalled past kGateWaitMs)
   uint64_t servedFlushes = 0;
   uint64_t servedWrites = 0;
   uint64_t servedWriteBytes = 0;
@@ -138,10 +140,18 @@ struct SessionStats {
 
 // A block the arena holds for an open handle: bytes [0, sizeBytes) are the extents, in block order,
 // each [arenaOffsetBytes, lengthBytes). The embedder keeps them allocated until it clears the source.
+// A loading source (SetLoadingReadSource) is a block still being filled from disk: a read waits for
+// its bytes (Arena::WaitFilled) and goes to the embedder if they do not come.
 struct ReadSource {
   uint64_t sizeBytes = 0;
   std::vector<std::pair<uint64_t, uint64_t>> extents;
+  uint64_t gateHandle = 0;              // the arena block being filled; 0: none (all bytes are there)
+  std::shared_ptr<const void> gateHold;  // keeps its pages reserved (Arena::Keep) until the source goes
 };
+
+// How long a read of a loading block waits for its bytes before JS answers it instead (a fill stalled
+// on a slow device: JS then waits for the whole load, as without streaming).
+constexpr uint64_t kGateWaitMs = 10'000;
 
 class Session {
  public:
@@ -161,6 +171,9 @@ class Session {
   // Answers request `unique`: error 0 with the payload, or a positive errno (payload ignored).
   Status Reply(uint64_t unique, int32_t error, const struct iovec* payload, int payloadCount);
   Status SetReadSource(uint64_t fh, ReadSource source);
+  // Serve reads of fh from arena block `handle` while it is filled (Arena::FillRecord): each read waits
+  // for its bytes to be checked. The block's pages stay reserved until the source is cleared or replaced.
+  Status SetLoadingReadSource(uint64_t fh, uint64_t handle);
   void ClearReadSource(uint64_t fh);
   // A handle opened read-only: its FLUSH (sent at every close) is a no-op, answered here without JS.
   Status MarkReadOnly(uint64_t fh);
@@ -273,7 +286,7 @@ class Session {
 
   std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0},
       servedLookups_{0}, servedAbsentLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0},
-      servedOpendirs_{0}, servedReaddirs_{0}, spinHits_{0}, spinTimeouts_{0};
+      servedOpendirs_{0}, servedReaddirs_{0}, spinHits_{0}, spinTimeouts_{0}, gatedReads_{0}, gatedToJs_{0};
 };
 
 }  // namespace cascade::engine
