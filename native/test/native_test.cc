@@ -464,7 +464,7 @@ std::vector<uint8_t> RecordPage(const std::vector<uint8_t>& data, const std::str
 void TestFillRecord() {
   EXPECT(PieceShiftFor(0) == 0 && PieceShiftFor(1) == 18 && PieceShiftFor(uint64_t{252} << 20) == 18 &&
          PieceShiftFor((uint64_t{252} << 20) + 1) == 19 && PieceShiftFor(uint64_t{8064} << 20) == 23 && PieceShiftFor((uint64_t{8064} << 20) + 1) == 0);
-  for (const uint64_t size : {uint64_t{3} * 1000 * 1000 + 7, uint64_t{40} << 20}) {
+  for (const uint64_t size : {uint64_t{700} * 1024 + 9, uint64_t{3} * 1000 * 1000 + 7, uint64_t{40} << 20}) {  // one thread; two; two, big window
     Arena* a = OpenArena(96 << 20, 64 * 1024);
     const int fd = ShmFd();
     std::vector<uint8_t> data(size);
