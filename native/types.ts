@@ -37,6 +37,8 @@ export interface NativeArenaStats {
   noSpaceFailures: number;
   /** Frees whose pages waited for a copy in progress. */
   deferredFrees: number;
+  /** Record loads whose piece table was damaged or wrong while the payload's SHA-256 held: loaded whole instead of piece by piece. */
+  badPieceTables: number;
   copiesInFlight: number;
   namedBlocks: number;
   holdsActive: number;

@@ -18,6 +18,8 @@ export interface TierStats {
   /** Tiers that pack blocks into slots (the native arena): the blocks' own bytes, and their slots'. */
   blockBytes?: number;
   slotBytes?: number;
+  /** The native arena: loads from disk whose piece table was damaged or wrong while the SHA-256 held (loaded whole). */
+  badPieceTables?: number;
 }
 
 export interface Tier {

@@ -520,6 +520,32 @@ void TestFillRecord() {
       EXPECT(a->Free(h) == Status::kOk);
       EXPECT(a->WaitFilled(h, 1, 0) == Status::kStale);
       EXPECT(PwriteFully(fd, &data[bad], 1, 8192 + kRecordPageBytes + bad, &err) == Status::kOk);  // mend for the next round
+      if (withTable) {
+        // The table wrong, the payload right: the SHA-256 decides. A table byte flipped (its own
+        // CRC-32C fails: set aside at once), then an entry rewritten with a matching table CRC (a
+        // piece fails, nothing is published past it): both load whole, and are counted.
+        for (const bool consistent : {false, true}) {
+          std::vector<uint8_t> bent = page;
+          bent[kRecordHeaderBytes + 4] ^= 0x01;  // piece 1's CRC
+          if (consistent) {
+            const uint64_t pieces = table.crcs.size();
+            const uint32_t tableCrc = Crc32c(0, &bent[kRecordHeaderBytes], pieces * 4);
+            memcpy(&bent[48], &tableCrc, 4);
+            const uint32_t headerCrc = Crc32Ieee(bent.data(), kRecordHeaderBytes - 4);
+            memcpy(&bent[kRecordHeaderBytes - 4], &headerCrc, 4);
+          }
+          EXPECT(PwriteFully(fd, bent.data(), bent.size(), 8192, &err) == Status::kOk);
+          const uint64_t before = a->Stats().badPieceTables;
+          uint64_t h2 = 0;
+          EXPECT(a->Allocate(size, &h2) == Status::kOk);
+          hex.clear();
+          EXPECT(a->FillRecord(h2, fd, 8192, sha.data(), 0, &hex, &why) == Status::kOk && hex == shaHex);
+          EXPECT(a->Stats().badPieceTables == before + 1);
+          EXPECT(a->Read(h2, 0, back.data(), back.size(), &n) == Status::kOk && back == data);
+          EXPECT(a->Free(h2) == Status::kOk);
+        }
+        EXPECT(PwriteFully(fd, page.data(), page.size(), 8192, &err) == Status::kOk);
+      }
     }
     close(fd);
     delete a;

@@ -282,6 +282,7 @@ export class NativeArenaTier implements Tier {
       blocks: this.blocks.size,
       blockBytes: a?.blockBytes ?? 0,
       slotBytes: a?.slotBytes ?? 0,
+      badPieceTables: a?.badPieceTables ?? 0,
     };
   }
 

@@ -473,6 +473,33 @@ describe('Store', function () {
     await store.close();
   });
 
+  it('a record whose piece table is damaged loads whole: its SHA-256 decides, and the load is counted (badPieceTables)', async function () {
+    if (!nativeBinding()) this.skip();
+    const dir = newDir();
+    const native = { dram: 'native' as const, dramCapacityBytes: 32 * MiB, log: () => undefined };
+    let store = await open(dir, native);
+    const data = seededBytes(93, 3 * MiB + 11);
+    await store.put('m/t', data);
+    await store.close();
+    const seg = path.join(dir, 'segments', fs.readdirSync(path.join(dir, 'segments')).find((f) => f.endsWith('.log'))!);
+    const bytes = fs.readFileSync(seg);
+    const header = bytes.indexOf(Buffer.from(sha256(data), 'hex')) - 16;
+    assert.ok(header >= 0 && bytes[header + 6] === 18, 'a record with a table of 256 KiB pieces');
+    const fd = fs.openSync(seg, 'r+');
+    fs.writeSync(fd, Buffer.from([bytes[header + 64 + 4] ^ 0x01]), 0, 1, header + 64 + 4); // piece 1's CRC
+    fs.closeSync(fd);
+    store = await open(dir, native);
+    let announced = 0;
+    const hold = await store.holdInDram(await store.resolve('m/t'), () => announced++);
+    hold.release();
+    assert.equal(announced, 1);
+    assert.ok((await store.get('m/t')).equals(data), 'byte-exact');
+    const dram = (await store.stats()).tiers.find((t) => t.name === 'dram')!;
+    assert.equal(dram.badPieceTables, 1);
+    assert.equal((await store.stats()).recovery.quarantined, 0, 'the record is not quarantined');
+    await store.close();
+  });
+
   it('the shared-memory DRAM tier works end to end (pre-faulted arena)', async () => {
     const store = await open(newDir(), { dram: 'shm', prefault: true, dramCapacityBytes: 8 * MiB });
     const data = seededBytes(77, 3 * MiB);

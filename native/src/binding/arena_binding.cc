@@ -234,6 +234,7 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
     set("staleRejects", s.staleRejects);
     set("noSpaceFailures", s.noSpaceFailures);
     set("deferredFrees", s.deferredFrees);
+    set("badPieceTables", s.badPieceTables);
     set("copiesInFlight", s.copiesInFlight);
     set("namedBlocks", s.namedBlocks);
     set("holdsActive", s.holdsActive);

@@ -165,7 +165,7 @@ class FillCopier {
           return;
         }
         while (advisedBytes_ < endBytes_ && advisedBytes_ < pos + windowBytes_) AdviseTo(std::min(endBytes_, advisedBytes_ + adviseBytes_));
-        if (table_ != nullptr && !CheckPieces(at, pos - offsetBytes_, static_cast<uint64_t>(n))) return;
+        if (table_ != nullptr) CheckPieces(at, pos - offsetBytes_, static_cast<uint64_t>(n));
         if (!onPiece(at, static_cast<uint64_t>(n))) return;
         at += n;
         pos += static_cast<uint64_t>(n);
@@ -179,8 +179,11 @@ class FillCopier {
     }
   }
 
-  // Feeds [blockOffset, +n) to the pieces' CRC-32C; false (and the error) at a piece that fails it.
-  bool CheckPieces(const uint8_t* at, uint64_t blockOffset, uint64_t n) {
+  // Feeds [blockOffset, +n) to the pieces' CRC-32C and publishes each piece that passes. At the first
+  // that fails it publishes no more (badPiece() says which): the SHA-256 at the end decides whether the
+  // bytes or the table were wrong.
+  void CheckPieces(const uint8_t* at, uint64_t blockOffset, uint64_t n) {
+    if (!badPiece_.empty()) return;
     const uint32_t shift = table_->pieceShift;
     while (n > 0) {
       const uint64_t piece = blockOffset >> shift;
@@ -193,16 +196,19 @@ class FillCopier {
       if (blockOffset < pieceEnd) continue;
       Check(piece < table_->crcs.size(), "a record's table has a CRC for each piece");
       if (pieceCrc_ != table_->crcs[piece]) {
-        error_ = "piece " + std::to_string(piece) + " (bytes " + std::to_string(piece << shift) + "-" + std::to_string(pieceEnd) + ") fails its CRC-32C";
-        status_ = Status::kCorrupt;
-        return false;
+        badPiece_ = "piece " + std::to_string(piece) + " (bytes " + std::to_string(piece << shift) + "-" + std::to_string(pieceEnd) + ") fails its CRC-32C";
+        return;
       }
       pieceCrc_ = 0;
       checked_(pieceEnd);
     }
-    return true;
   }
 
+ public:
+  // The first piece that failed its CRC-32C (empty: none did); read once the copy is done.
+  const std::string& badPiece() const { return badPiece_; }
+
+ private:
   uint8_t* const base_;
   const std::vector<Extent>& runs_;
   const uint64_t sizeBytes_;
@@ -212,6 +218,7 @@ class FillCopier {
   const PieceTable* const table_;
   const std::function<void(uint64_t)> checked_;
   uint32_t pieceCrc_ = 0;  // of the piece being read, so far
+  std::string badPiece_;
   Status status_ = Status::kOk;  // the copier's; read after it is done (joined)
   std::string error_;
   std::atomic<bool> stop_{false};
@@ -827,7 +834,10 @@ Status Arena::FillRecord(uint64_t handle, int fd, uint64_t recordOffsetBytes, co
   if (s != Status::kOk) {
     *error = std::string("pread: ") + strerror(err);
   } else {
-    s = ParseRecordPage(page.data(), static_cast<size_t>(got), sha256, slot->sizeBytes, &table, error);
+    std::string note;
+    s = ParseRecordPage(page.data(), static_cast<size_t>(got), sha256, slot->sizeBytes, &table, &note);
+    if (s != Status::kOk) *error = note;
+    else if (!note.empty()) CountBadPieceTable();  // loads whole; the SHA-256 decides
   }
   if (s == Status::kOk) s = Fill(slot, index, fd, recordOffsetBytes + kRecordPageBytes, aheadBytes, &table, sha256, hex, error);
   else SetFillState(index, generation, kFillFailed, 0);
@@ -864,9 +874,11 @@ Status Arena::Fill(Slot* slot, uint32_t index, int fd, uint64_t payloadOffsetByt
     if (s != Status::kOk) *error = copier.error().empty() ? "the hash failed" : copier.error();
     if (s == Status::kOk) s = hasher.HexDigest(hex);
     if (s == Status::kOk && expectSha256 != nullptr && !HexIs(*hex, expectSha256)) {
-      *error = "the payload fails its SHA-256";
+      *error = copier.badPiece().empty() ? "the payload fails its SHA-256" : copier.badPiece() + ", and the payload its SHA-256";
       hex->clear();
       s = Status::kCorrupt;
+    } else if (s == Status::kOk && !copier.badPiece().empty()) {
+      CountBadPieceTable();  // the bytes are right (their SHA-256): the table was wrong
     }
   }
   // Done: with an expected SHA-256 every byte may now be read (with a table, each piece read before
@@ -874,6 +886,11 @@ Status Arena::Fill(Slot* slot, uint32_t index, int fd, uint64_t payloadOffsetByt
   // gated on the fill.
   SetFillState(index, generation, s == Status::kOk ? kFillNone : kFillFailed, 0);
   return s;
+}
+
+void Arena::CountBadPieceTable() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  counters_.badPieceTables++;
 }
 
 void Arena::SetFillState(uint32_t slotIndex, uint32_t generation, uint8_t fill, uint64_t verifiedBytes) {

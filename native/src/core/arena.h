@@ -77,6 +77,7 @@ struct ArenaStats {
   uint64_t blockBytes;     // bytes of live blocks (what callers asked for)
   uint64_t slotBytes;      // bytes their slots and pages take (>= blockBytes; the rest is padding)
   uint64_t slabPages;      // pages carved into slots for small blocks
+  uint64_t badPieceTables;  // record fills whose piece table was damaged or wrong while the SHA-256 held (loaded whole)
 };
 
 // A block held for a remote reader (fabric.cc): its pages are not reused until Unhold, even if the
@@ -191,6 +192,7 @@ class Arena {
   Status Fill(Slot* slot, uint32_t slotIndex, int fd, uint64_t payloadOffsetBytes, uint64_t aheadBytes, const struct PieceTable* table,
               const uint8_t* expectSha256, std::string* hex, std::string* error);
   void SetFillState(uint32_t slotIndex, uint32_t generation, uint8_t fill, uint64_t verifiedBytes);
+  void CountBadPieceTable();
   Status Lookup(uint64_t handle, uint32_t* slotIndex);
   void ReleasePages(uint32_t slotIndex);
   void TrimmedExtents(const Slot& slot, std::vector<Extent>* extents);

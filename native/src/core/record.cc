@@ -53,21 +53,23 @@ Status ParseRecordPage(const uint8_t* page, size_t pageBytes, const uint8_t* sha
     *why = "the record holds another block";
     return Status::kCorrupt;
   }
+  // The table only lets a load publish pieces early; the SHA-256 decides. A table that does not
+  // check out is set aside (why says so) and the block loads whole.
   const uint32_t shift = page[6];
   if (shift == 0) return Status::kOk;  // written before piece tables (or by a writer without the addon)
   if (shift != PieceShiftFor(sizeBytes)) {
     *why = "bad piece size";
-    return Status::kCorrupt;
+    return Status::kOk;
   }
   const uint64_t pieces = (sizeBytes + (uint64_t{1} << shift) - 1) >> shift;
   if (kRecordHeaderBytes + pieces * 4 > pageBytes) {
     *why = "short piece table";
-    return Status::kCorrupt;
+    return Status::kOk;
   }
   const uint8_t* at = page + kRecordHeaderBytes;
   if (U32(page + 48) != Crc32c(0, at, pieces * 4)) {
     *why = "bad piece table checksum";
-    return Status::kCorrupt;
+    return Status::kOk;
   }
   table->pieceShift = shift;
   table->crcs.resize(pieces);

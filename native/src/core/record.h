@@ -29,8 +29,9 @@ struct PieceTable {
 };
 
 // Checks a record's header page (at least kRecordHeaderBytes, the table's bytes too when it has one)
-// against the block it must hold: magic, header CRC-32, format, kind, length, SHA-256 (raw 32 bytes),
-// and the table against its own CRC-32C. kOk with the table (empty without one), else kCorrupt and why.
+// against the block it must hold: magic, header CRC-32, format, kind, length, SHA-256 (raw 32 bytes):
+// kCorrupt and why when one differs. Then the table against its own CRC-32C: kOk with the table, or
+// kOk with none (and why, when it had one that did not check out: the block then loads whole).
 Status ParseRecordPage(const uint8_t* page, size_t pageBytes, const uint8_t* sha256, uint64_t sizeBytes, PieceTable* table, std::string* why);
 
 }  // namespace cascade
