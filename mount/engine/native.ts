@@ -235,6 +235,8 @@ export class NativeFuseEngine {
   private holdWarned = false;
   /** Read handles answered while their block loads (open): their hold comes when the load ends. */
   private readonly loadingHolds = new Set<Handle>();
+  /** Such handles once their load ended, until released. */
+  private readonly streamed = new Set<Handle>();
   /** Whether the session maps the DRAM arena (settled at INIT). */
   private arena = false;
   /** Whether writes of new files are staged natively (the filesystem took the stager). */
@@ -780,7 +782,10 @@ export class NativeFuseEngine {
         const hold = this.holds.get(fh);
         const writer = this.opens.get(fh)?.writer === true;
         this.holds.delete(fh);
-        this.loadingHolds.delete(fh); // a load still running releases its hold when it ends
+        // A handle answered while its block loaded: its source may have been set (again) after the
+        // kernel's RELEASE cleared it in C++; clear it now, before the handle number can be reused.
+        // (A load still running releases its hold when it ends.)
+        if (this.loadingHolds.delete(fh) || this.streamed.delete(fh)) this.session?.clearReadSource(fh);
         this.untrack(fh);
         try {
           await f.release(fh); // a writer's last release may commit
@@ -941,10 +946,14 @@ export class NativeFuseEngine {
       // for its pieces to pass their CRC-32C.
       const session = this.session;
       let announce: (() => void) | undefined;
+      let opening = true;
       const loading = new Promise<'loading'>((resolve) => (announce = () => resolve('loading')));
       const onLoading =
         this.backings === undefined && session !== undefined
           ? (handle: number) => {
+              // Again for a new load (the first block left DRAM before it was held): only while the
+              // handle is open, never for one released meanwhile.
+              if (!opening && !this.loadingHolds.has(fh)) return;
               try {
                 session.setLoadingReadSource(fh, handle);
                 announce?.();
@@ -955,7 +964,7 @@ export class NativeFuseEngine {
           : undefined;
       const holding = f.holdHandle(fh, this.backings !== undefined ? 0 : HOLD_MIN_BYTES, onLoading);
       try {
-        const first = await Promise.race([holding, loading]);
+        const first = await Promise.race([holding, loading]).finally(() => (opening = false));
         if (first === 'loading') {
           this.loadingHolds.add(fh);
           void holding.then(
@@ -1053,8 +1062,16 @@ export class NativeFuseEngine {
       hold?.release(); // released (or unmounting) meanwhile
       return;
     }
+    this.streamed.add(fh); // RELEASE clears its source (see there)
     if (hold !== undefined) this.holds.set(fh, hold);
-    this.republish(nodeid); // the block is in DRAM now: the next open of this file is answered in C++
+    try {
+      // Reads need not ask the fill any more (and the held block is the one to read, should the load
+      // have been redone into another).
+      if (hold !== undefined) this.session?.setReadSource(fh, hold.version.sizeBytes, hold.extents.flat());
+      this.republish(nodeid); // the block is in DRAM now: the next open of this file is answered in C++
+    } catch (e) {
+      this.warnHold(e); // (too many sources): the loading source stays, and still serves
+    }
   }
 
   /** A load that an open answered early failed: its reads go to JS, which reads through the store. */

@@ -215,6 +215,16 @@ function getXattr(file: string, name: string): string {
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
+/** Drop a file's pages from the page cache (the addon's posix_fadvise DONTNEED). */
+function dropCache(file: string): void {
+  const fd = fs.openSync(file, 'r');
+  try {
+    nativeBinding()!.fadvise(fd, 0, 0, 'dontneed');
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 describe('native engine: real mounts', function () {
   this.timeout(120_000);
   let root: string;
@@ -322,6 +332,39 @@ except OSError as e:
     assert.equal(Number(code), 5, 'EIO');
     assert.ok(Number(n) <= 20 * MiB, `${n} bytes before the error: none of the damaged piece (256 KiB pieces: it starts at 20 MiB)`);
     assert.equal(digest, sha(data.subarray(0, Number(n))), 'the bytes read before the error are the file\'s');
+  });
+
+  it('a read waiting for a loading block does not hold up other requests (small reads hand /dev/fuse to another worker)', async () => {
+    const mnt = await start('gate-stall', ['--engine', 'native', '--dram', '768M']);
+    const cold = path.join(mnt, 'kv', 'm', 'cold');
+    const warm = path.join(mnt, 'kv', 'm', 'warm');
+    fs.writeFileSync(cold, randomBytes(256 * MiB));
+    fs.writeFileSync(warm, randomBytes(64 * 1024));
+    const r = spawnSync(process.execPath, [CLI, 'evict', cold], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    const segDir = path.join(root, 'gate-stall', 'data', 'segments');
+    for (const n of fs.readdirSync(segDir)) dropCache(path.join(segDir, n));
+    // A 4 KiB read at the end of the cold file (it waits for the whole load) while another thread
+    // reads the warm file over and over: the warm reads must not wait for the load.
+    const py = spawnSync('python3', ['-c', `
+import os, sys, threading, time
+cold, warm = sys.argv[1], sys.argv[2]
+done = threading.Event(); worst = [0.0]; cold_s = [0.0]
+def reader():
+    fd = os.open(cold, os.O_RDONLY)
+    t = time.perf_counter(); os.pread(fd, 4096, os.fstat(fd).st_size - 4096); cold_s[0] = time.perf_counter() - t
+    os.close(fd); done.set()
+fw = os.open(warm, os.O_RDONLY)
+th = threading.Thread(target=reader); th.start()
+while not done.is_set():
+    t = time.perf_counter(); os.pread(fw, 4096, 0); worst[0] = max(worst[0], time.perf_counter() - t)
+th.join()
+print('%.1f %.1f' % (cold_s[0] * 1000, worst[0] * 1000))
+`, cold, warm], { encoding: 'utf8' });
+    assert.equal(py.status, 0, py.stderr);
+    const [coldMs, worstMs] = py.stdout.trim().split(' ').map(Number);
+    assert.ok(coldMs > 50, `the cold read took ${coldMs} ms: too fast to tell (a 256 MiB load should take longer)`);
+    assert.ok(worstMs < coldMs / 3, `a warm read waited ${worstMs} ms while the cold read took ${coldMs} ms`);
   });
 
   it('ioctl on a file is ENOTTY, answered in C++ (isatty from every Python open is no trip into JS)', async () => {

@@ -809,7 +809,7 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, ui
   Status s = BeginCopy(handle, &slot);
   if (s != Status::kOk) return s;
   const uint32_t index = static_cast<uint32_t>((handle & ((uint64_t{1} << kHandleSlotBits) - 1)) - 1);
-  s = Fill(slot, index, fd, fileOffsetBytes, aheadBytes, nullptr, nullptr, hex, error);
+  s = Fill(slot, index, static_cast<uint32_t>(handle >> kHandleSlotBits), fd, fileOffsetBytes, aheadBytes, nullptr, nullptr, hex, error);
   EndCopy(slot, index);
   return s;
 }
@@ -839,15 +839,14 @@ Status Arena::FillRecord(uint64_t handle, int fd, uint64_t recordOffsetBytes, co
     if (s != Status::kOk) *error = note;
     else if (!note.empty()) CountBadPieceTable();  // loads whole; the SHA-256 decides
   }
-  if (s == Status::kOk) s = Fill(slot, index, fd, recordOffsetBytes + kRecordPageBytes, aheadBytes, &table, sha256, hex, error);
+  if (s == Status::kOk) s = Fill(slot, index, generation, fd, recordOffsetBytes + kRecordPageBytes, aheadBytes, &table, sha256, hex, error);
   else SetFillState(index, generation, kFillFailed, 0);
   EndCopy(slot, index);
   return s;
 }
 
-Status Arena::Fill(Slot* slot, uint32_t index, int fd, uint64_t payloadOffsetBytes, uint64_t aheadBytes, const PieceTable* table,
+Status Arena::Fill(Slot* slot, uint32_t index, uint32_t generation, int fd, uint64_t payloadOffsetBytes, uint64_t aheadBytes, const PieceTable* table,
                    const uint8_t* expectSha256, std::string* hex, std::string* error) {
-  const uint32_t generation = slot->generation;  // a copy in flight: the slot is not reused meanwhile
   SetFillState(index, generation, kFilling, 0);
   Sha256 hasher;
   Status s = Status::kIo;
@@ -922,7 +921,9 @@ Status Arena::WaitFilled(uint64_t handle, uint64_t endBytes, uint64_t timeoutMs)
     Status s = Lookup(handle, &index);
     if (s != Status::kOk) return s;
     const Slot& slot = slots_[index];
-    if (slot.fill == kFillNone || (slot.fill == kFilling && slot.verifiedBytes >= endBytes)) return Status::kOk;
+    // The block's last bytes wait for its whole SHA-256: a reader of the whole block hears of a block
+    // whose hash fails (pieces pass their CRCs even when DRAM held wrong bytes at write-back).
+    if (slot.fill == kFillNone || (slot.fill == kFilling && slot.verifiedBytes >= endBytes && endBytes < slot.sizeBytes)) return Status::kOk;
     if (slot.fill == kFillFailed) return Status::kIo;
     if (fillCv_.wait_until(lock, deadline) == std::cv_status::timeout) return Status::kBusy;
   }

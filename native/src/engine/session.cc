@@ -216,6 +216,10 @@ void Session::Unmount() {
   nativeOpens_.clear();
 }
 
+namespace {
+thread_local bool tlsOnRing = false;  // this thread is an io_uring queue thread (StartUring)
+}  // namespace
+
 void Session::Worker() {
   // The thread inherits the JS thread's mask, which a launcher may have set: the stop signal must get
   // through, or Unmount would signal forever.
@@ -509,6 +513,7 @@ void Session::StartUring(uint32_t payloadBytes) {
   // Each request a queue thread takes is handled as one read from /dev/fuse would be.
   Status st = Uring::Create(fd_, options_.uringDepth, payloadBytes, [this](uint8_t* message, size_t lengthBytes) {
     requests_.fetch_add(1, std::memory_order_relaxed);
+    tlsOnRing = true;
     Handle(message, lengthBytes);
   }, &u, &why);
   if (st == Status::kOk) {
@@ -561,11 +566,22 @@ bool Session::ServeRead(const uint8_t* message, size_t lengthBytes) {
   const uint64_t end = std::min<uint64_t>(src->sizeBytes, in->offset + static_cast<uint64_t>(in->size));
   // A block still loading: wait until these bytes are checked; a failed or stalled load goes to JS,
   // which reads through the store (and waits for, or retries, the whole load).
-  if (src->gateHandle != 0 && (options_.arena == nullptr || options_.arena->WaitFilled(src->gateHandle, end, kGateWaitMs) != Status::kOk)) {
-    gatedToJs_.fetch_add(1, std::memory_order_relaxed);
-    return false;
+  if (src->gateHandle != 0) {
+    Status w = options_.arena == nullptr ? Status::kClosed : options_.arena->WaitFilled(src->gateHandle, end, 0);
+    if (w == Status::kBusy) {
+      if (tlsOnRing) {
+        // A ring's queue thread serves every request from its CPU: it waits only briefly.
+        w = options_.arena->WaitFilled(src->gateHandle, end, kGateRingWaitMs);
+      } else {
+        HandOffReading();  // another worker reads /dev/fuse while this one waits
+        w = options_.arena->WaitFilled(src->gateHandle, end, kGateWaitMs);
+      }
+    }
+    if (w != Status::kOk) {
+      gatedToJs_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
   }
-  if (src->gateHandle != 0) gatedReads_.fetch_add(1, std::memory_order_relaxed);
   struct iovec iov[kReplyIovMax];
   int count = 0;
   uint64_t pos = 0;  // block offset of the current extent
@@ -582,6 +598,7 @@ bool Session::ServeRead(const uint8_t* message, size_t lengthBytes) {
     pos += length;
   }
   servedReads_.fetch_add(1, std::memory_order_relaxed);
+  if (src->gateHandle != 0) gatedReads_.fetch_add(1, std::memory_order_relaxed);
   servedReadBytes_.fetch_add(want > in->offset ? want - in->offset : 0, std::memory_order_relaxed);
   Reply(hdr->unique, 0, iov, count);
   return true;

@@ -150,8 +150,11 @@ struct ReadSource {
 };
 
 // How long a read of a loading block waits for its bytes before JS answers it instead (a fill stalled
-// on a slow device: JS then waits for the whole load, as without streaming).
+// on a slow device: JS then waits for the whole load, as without streaming). A worker that waits lets
+// another read /dev/fuse meanwhile; an io_uring queue thread, which serves every request from its CPU,
+// waits only kGateRingWaitMs.
 constexpr uint64_t kGateWaitMs = 10'000;
+constexpr uint64_t kGateRingWaitMs = 5;
 
 class Session {
  public:
