@@ -158,7 +158,15 @@ describe('remote DRAM tier: three daemons, reads from each other\'s memory over 
     await trio.nodes.a.stop('SIGKILL');
     await trio.start('a');
     const before = { b: await trio.stats('b'), c: await trio.stats('c') };
-    for (const n of ['b', 'c'] as const) blocks.forEach((d, i) => assert.equal(trio.read(n, `kv/m/r3/${i}`), sha256(d), `${n} block ${i}`));
+    blocks.forEach((d, i) => assert.equal(trio.read('b', `kv/m/r3/${i}`), sha256(d), `b block ${i}`));
+    // C finds B's copies through the directory, which B updates as it loads each block: under load
+    // (the whole suite) C could read before the last update landed and go to the shared tier. Wait
+    // until C sees every block in a peer's DRAM.
+    for (let waitedMs = 0; !blocks.every((_, i) => trio.tier('c', `kv/m/r3/${i}`) === 'remote'); waitedMs += 50) {
+      assert.ok(waitedMs < 10_000, 'C sees B\'s copies within 10 s');
+      await delay(50);
+    }
+    blocks.forEach((d, i) => assert.equal(trio.read('c', `kv/m/r3/${i}`), sha256(d), `c block ${i}`));
     const after = { b: await trio.stats('b'), c: await trio.stats('c') };
     const shared = after.b.sharedLoads - before.b.sharedLoads + (after.c.sharedLoads - before.c.sharedLoads);
     const remote = after.b.remote.loads - before.b.remote.loads + (after.c.remote.loads - before.c.remote.loads);
