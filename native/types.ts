@@ -90,8 +90,8 @@ export interface NativeArenaBinding {
   fillFromFileAsync(handle: number, fd: number, fileOffsetBytes: number, aheadBytes: number): Promise<string>;
   /**
    * As fillFromFileAsync, for a whole disk record at recordOffsetBytes: its header page is checked
-   * against the block (sha256, the slot's size) first, and the resolved hash is sha256 or the promise
-   * rejects (EIO). With a piece table in the header each piece is checked (CRC-32C) as it lands and
+   * against the block (sha256, the slot's size) first, and the resolved hash is sha256, or the promise
+   * rejects: ECORRUPT for a record that is not the block's or fails its checks, EIO for a read error. With a piece table in the header each piece is checked (CRC-32C) as it lands and
    * published to readers gated on the block (FuseSession.setLoadingReadSource) before the whole hash.
    */
   fillRecordAsync(handle: number, fd: number, recordOffsetBytes: number, sha256: string, aheadBytes: number): Promise<string>;

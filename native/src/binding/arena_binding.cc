@@ -322,13 +322,19 @@ Napi::Value ArenaWrap::QueueWork(const Napi::CallbackInfo& info, PromiseWorker* 
   return worker->Promise();
 }
 
+// FillFromFile, or with recordSha256 (raw) FillRecord: fileOffsetBytes is then the record's start.
 class ArenaFillWorker : public ArenaHexWorker {
  public:
-  ArenaFillWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle, int fd, uint64_t fileOffsetBytes, uint64_t aheadBytes)
-      : ArenaHexWorker(env, "cascade.arena.fillFromFile", owner, arena, handle), fd_(fd), fileOffsetBytes_(fileOffsetBytes), aheadBytes_(aheadBytes) {}
+  ArenaFillWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle, int fd, uint64_t fileOffsetBytes, uint64_t aheadBytes,
+                  const uint8_t* recordSha256 = nullptr)
+      : ArenaHexWorker(env, recordSha256 != nullptr ? "cascade.arena.fillRecord" : "cascade.arena.fillFromFile", owner, arena, handle), fd_(fd),
+        fileOffsetBytes_(fileOffsetBytes), aheadBytes_(aheadBytes), record_(recordSha256 != nullptr) {
+    if (record_) memcpy(sha256_, recordSha256, sizeof sha256_);
+  }
   void Execute() override {
     std::string why;
-    status_ = arena_->FillFromFile(handle_, fd_, fileOffsetBytes_, aheadBytes_, &hex_, &why);
+    status_ = record_ ? arena_->FillRecord(handle_, fd_, fileOffsetBytes_, sha256_, aheadBytes_, &hex_, &why)
+                      : arena_->FillFromFile(handle_, fd_, fileOffsetBytes_, aheadBytes_, &hex_, &why);
     if (status_ != Status::kOk) message_ = "arena: cannot fill block " + std::to_string(handle_) + (why.empty() ? "" : ": " + why);
   }
 
@@ -336,6 +342,8 @@ class ArenaFillWorker : public ArenaHexWorker {
   int fd_;
   uint64_t fileOffsetBytes_;
   uint64_t aheadBytes_;
+  bool record_;
+  uint8_t sha256_[kContentNameBytes];
 };
 
 Napi::Value ArenaWrap::FillFromFileAsync(const Napi::CallbackInfo& info) {
@@ -356,26 +364,6 @@ Napi::Value ArenaWrap::FillFromFileAsync(const Napi::CallbackInfo& info) {
   return QueueWork(info, new ArenaFillWorker(info.Env(), this, a, handle, static_cast<int>(fd), offset, ahead));
 }
 
-class ArenaRecordWorker : public ArenaHexWorker {
- public:
-  ArenaRecordWorker(Napi::Env env, ArenaWrap* owner, Arena* arena, uint64_t handle, int fd, uint64_t recordOffsetBytes, const uint8_t* sha256,
-                    uint64_t aheadBytes)
-      : ArenaHexWorker(env, "cascade.arena.fillRecord", owner, arena, handle), fd_(fd), recordOffsetBytes_(recordOffsetBytes), aheadBytes_(aheadBytes) {
-    memcpy(sha256_, sha256, sizeof sha256_);
-  }
-  void Execute() override {
-    std::string why;
-    status_ = arena_->FillRecord(handle_, fd_, recordOffsetBytes_, sha256_, aheadBytes_, &hex_, &why);
-    if (status_ != Status::kOk) message_ = "arena: cannot fill block " + std::to_string(handle_) + (why.empty() ? "" : ": " + why);
-  }
-
- private:
-  int fd_;
-  uint64_t recordOffsetBytes_;
-  uint64_t aheadBytes_;
-  uint8_t sha256_[32];
-};
-
 // fillRecordAsync(handle, fd, recordOffsetBytes, sha256Hex, aheadBytes): Promise<string>.
 Napi::Value ArenaWrap::FillRecordAsync(const Napi::CallbackInfo& info) {
   Arena* a = Open(info);
@@ -385,7 +373,7 @@ Napi::Value ArenaWrap::FillRecordAsync(const Napi::CallbackInfo& info) {
       !ArgString(info, 3, "sha256", &hex) || !ArgU64(info, 4, "aheadBytes", &ahead)) {
     return info.Env().Undefined();
   }
-  uint8_t sha[32];
+  uint8_t sha[kContentNameBytes];
   if (fd > 0x7fffffff || ahead > kFillAheadMaxBytes || !ParseHexName(hex, sha)) {
     ThrowCode(info.Env(), "EINVAL", "fillRecordAsync: an open fd, a 64-digit lowercase sha256 and aheadBytes up to " + std::to_string(kFillAheadMaxBytes));
     return info.Env().Undefined();
@@ -396,7 +384,7 @@ Napi::Value ArenaWrap::FillRecordAsync(const Napi::CallbackInfo& info) {
     ThrowStatus(info.Env(), marked, "fillRecordAsync: block " + std::to_string(handle) + " is not live");
     return info.Env().Undefined();
   }
-  return QueueWork(info, new ArenaRecordWorker(info.Env(), this, a, handle, static_cast<int>(fd), offset, sha, ahead));
+  return QueueWork(info, new ArenaFillWorker(info.Env(), this, a, handle, static_cast<int>(fd), offset, ahead, sha));
 }
 
 Napi::FunctionReference* arenaConstructor = nullptr;

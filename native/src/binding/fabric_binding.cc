@@ -8,22 +8,12 @@
 #include <memory>
 
 #include "../core/fabric.h"
+#include "../core/sha256.h"
 #include "common.h"
 
 namespace cascade {
 
 namespace {
-
-std::string ToHex(const std::string& raw) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  out.reserve(raw.size() * 2);
-  for (unsigned char c : raw) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
 
 // A fabric address: non-empty hex, at most 512 bytes.
 bool FromHex(const std::string& hex, std::string* raw) {
@@ -105,7 +95,7 @@ class FabricWrap : public Napi::ObjectWrap<FabricWrap> {
 
   Napi::Value Address(const Napi::CallbackInfo& info) {
     Fabric* f = Open(info);
-    return f ? Napi::String::New(info.Env(), ToHex(f->address())) : info.Env().Undefined();
+    return f ? Napi::String::New(info.Env(), ToHex(reinterpret_cast<const uint8_t*>(f->address().data()), f->address().size())) : info.Env().Undefined();
   }
 
   Napi::Value Provider(const Napi::CallbackInfo& info) {

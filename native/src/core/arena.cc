@@ -131,8 +131,6 @@ class FillCopier {
     return status_ != Status::kOk ? status_ : !hashed ? Status::kIo : Status::kOk;
   }
 
-  Status status() const { return status_; }
-
   const std::string& error() const { return error_; }
 
  private:
@@ -227,19 +225,6 @@ class FillCopier {
   uint64_t copiedBytes_ = 0;  // under mutex_
   bool done_ = false;         // under mutex_
 };
-
-}  // namespace
-
-namespace {
-
-bool HexIs(const std::string& hex, const uint8_t* raw) {
-  static const char* digits = "0123456789abcdef";
-  if (hex.size() != 64) return false;
-  for (size_t i = 0; i < 32; i++) {
-    if (hex[2 * i] != digits[raw[i] >> 4] || hex[2 * i + 1] != digits[raw[i] & 15]) return false;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -809,7 +794,9 @@ Status Arena::FillFromFile(uint64_t handle, int fd, uint64_t fileOffsetBytes, ui
   Status s = BeginCopy(handle, &slot);
   if (s != Status::kOk) return s;
   const uint32_t index = static_cast<uint32_t>((handle & ((uint64_t{1} << kHandleSlotBits) - 1)) - 1);
-  s = Fill(slot, index, static_cast<uint32_t>(handle >> kHandleSlotBits), fd, fileOffsetBytes, aheadBytes, nullptr, nullptr, hex, error);
+  const uint32_t generation = static_cast<uint32_t>(handle >> kHandleSlotBits);
+  SetFillState(index, generation, kFilling, 0);
+  s = Fill(slot, index, generation, fd, fileOffsetBytes, aheadBytes, nullptr, nullptr, hex, error);
   EndCopy(slot, index);
   return s;
 }
@@ -847,7 +834,6 @@ Status Arena::FillRecord(uint64_t handle, int fd, uint64_t recordOffsetBytes, co
 
 Status Arena::Fill(Slot* slot, uint32_t index, uint32_t generation, int fd, uint64_t payloadOffsetBytes, uint64_t aheadBytes, const PieceTable* table,
                    const uint8_t* expectSha256, std::string* hex, std::string* error) {
-  SetFillState(index, generation, kFilling, 0);
   Sha256 hasher;
   Status s = Status::kIo;
   if (hasher.ok()) {
@@ -872,7 +858,7 @@ Status Arena::Fill(Slot* slot, uint32_t index, uint32_t generation, int fd, uint
     if (!parallel) s = copier.RunHashing(&hasher);
     if (s != Status::kOk) *error = copier.error().empty() ? "the hash failed" : copier.error();
     if (s == Status::kOk) s = hasher.HexDigest(hex);
-    if (s == Status::kOk && expectSha256 != nullptr && !HexIs(*hex, expectSha256)) {
+    if (s == Status::kOk && expectSha256 != nullptr && *hex != ToHex(expectSha256, kContentNameBytes)) {
       *error = copier.badPiece().empty() ? "the payload fails its SHA-256" : copier.badPiece() + ", and the payload its SHA-256";
       hex->clear();
       s = Status::kCorrupt;

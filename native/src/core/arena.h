@@ -140,9 +140,10 @@ class Arena {
   Status FillRecord(uint64_t handle, int fd, uint64_t recordOffsetBytes, const uint8_t* sha256, uint64_t aheadBytes, std::string* hex,
                     std::string* error);
   // For readers of a block being filled: waits up to timeoutMs until its first endBytes are checked
-  // (piece CRCs) or the fill is done (what reaches the block's end waits for the whole SHA-256). kOk: those bytes may be read; kIo: the fill failed; kStale: the
-  // handle is not live (freed: a failed fill's slot goes); kBusy: still not there after timeoutMs.
-  // A block not being filled is kOk at once.
+  // (piece CRCs) or the fill is done (what reaches the block's end waits for the whole SHA-256).
+  // kOk: those bytes may be read; kIo: the fill failed; kStale: the handle is not live (freed: a
+  // failed fill's slot goes); kBusy: still not there after timeoutMs. A block not being filled is kOk
+  // at once.
   Status WaitFilled(uint64_t handle, uint64_t endBytes, uint64_t timeoutMs);
   // Marks a live block as being filled (WaitFilled waits) before its fill is queued to run, so a
   // reader that comes first never sees it as complete.
@@ -187,8 +188,9 @@ class Arena {
   // Under mutex_: find the live slot for a handle and count a copy in flight.
   Status BeginCopy(uint64_t handle, Slot** slot);
   void EndCopy(Slot* slot, uint32_t slotIndex);
-  // The fill of a block, shared by FillFromFile and FillRecord (table: null or empty for none).
-  // expectSha256 (raw, or null): a digest that differs fails the fill (kIo) before it is published done.
+  // The fill of a block, shared by FillFromFile and FillRecord, which mark it filling first (table:
+  // null or empty for none). expectSha256 (raw, or null): a digest that differs fails the fill
+  // (kCorrupt) before it is published done.
   Status Fill(Slot* slot, uint32_t slotIndex, uint32_t generation, int fd, uint64_t payloadOffsetBytes, uint64_t aheadBytes, const struct PieceTable* table,
               const uint8_t* expectSha256, std::string* hex, std::string* error);
   void SetFillState(uint32_t slotIndex, uint32_t generation, uint8_t fill, uint64_t verifiedBytes);

@@ -9,17 +9,17 @@ namespace cascade {
 namespace {
 // EVP_DigestUpdate takes a size_t; feed very large inputs in bounded pieces anyway.
 constexpr uint64_t kUpdateChunkBytes = uint64_t{1} << 30;
+}  // namespace
 
-std::string ToHex(const unsigned char* digest, unsigned int n) {
+std::string ToHex(const uint8_t* bytes, size_t lengthBytes) {
   static const char kDigits[] = "0123456789abcdef";
-  std::string hex(n * 2, '0');
-  for (unsigned int i = 0; i < n; i++) {
-    hex[2 * i] = kDigits[digest[i] >> 4];
-    hex[2 * i + 1] = kDigits[digest[i] & 15];
+  std::string hex(lengthBytes * 2, '0');
+  for (size_t i = 0; i < lengthBytes; i++) {
+    hex[2 * i] = kDigits[bytes[i] >> 4];
+    hex[2 * i + 1] = kDigits[bytes[i] & 15];
   }
   return hex;
 }
-}  // namespace
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   if (ctx_ != nullptr && EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1) {

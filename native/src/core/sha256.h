@@ -28,6 +28,9 @@ class Sha256 {
   uint64_t bytes_ = 0;
 };
 
+// Lowercase hex of raw bytes (a digest, a content name).
+std::string ToHex(const uint8_t* bytes, size_t lengthBytes);
+
 // One-shot helper.
 Status Sha256Hex(const uint8_t* data, uint64_t lengthBytes, std::string* hex);
 
