@@ -588,9 +588,11 @@ export class DiskSegmentTier implements Tier {
   }
 
   /**
-   * Read a whole block by handing its payload's place to `fill` (the DRAM tier's native reader, which
-   * lands the bytes in their final memory and hashes them on the way: no buffer, no second copy), with
-   * read()'s checks: the header against the index, the bytes' SHA-256 against the key (ECORRUPT).
+   * Read a whole block by handing its record's place to `fill`: the DRAM tier's native reader
+   * (Arena.fillRecordAsync), which checks the record's header against the block, lands the bytes in
+   * their final memory, checks them on the way (piece CRCs, SHA-256) and returns their SHA-256: no
+   * buffer, no second copy. A record the fill finds damaged (ECORRUPT), or a hash other than the key,
+   * is quarantined (ECORRUPT), as read() does.
    */
   async readWith(key: string, fill: (fd: number, recordOffsetBytes: number, aheadBytes: number) => Promise<string>): Promise<void> {
     this.checkOpen();
@@ -605,20 +607,13 @@ export class DiskSegmentTier implements Tier {
     seg.lastLoadEndBytes = end;
     seg.readers++;
     try {
-      // Header and payload are read at once: a cold block costs one trip to the device, not two in a
-      // row. The filled bytes count only if the header checks out too (the caller frees them if not).
-      const [header, filled] = await Promise.allSettled([
-        this.checkHeader(key, loc),
-        // (async: a fill that throws at once still waits for the header check, never leaves it unhandled)
-        (async () => fill(seg.fd, loc.offsetBytes, aheadBytes))(),
-      ]);
-      if (header.status === 'rejected') throw header.reason;
-      if (filled.status === 'rejected') {
-        const e = filled.reason as { code?: unknown; message?: unknown };
-        // The native fill checks the header, the piece CRCs and the hash itself: a mismatch is this record's damage.
-        throw e.code === 'ECORRUPT' ? this.corrupt(key, loc, String(e.message)) : readFailed(seg.file, e);
+      let hash: string;
+      try {
+        hash = await fill(seg.fd, loc.offsetBytes, aheadBytes);
+      } catch (e) {
+        throw (e as { code?: unknown }).code === 'ECORRUPT' ? this.corrupt(key, loc, (e as Error).message) : readFailed(seg.file, e);
       }
-      if (filled.value !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
+      if (hash !== key) throw this.corrupt(key, loc, 'payload SHA-256 mismatch');
     } finally {
       seg.readers--;
     }
