@@ -61,6 +61,8 @@ describe('npm test summary line (test/summary.ts)', function () {
     assert.match(run.stdout, /^1 passed, 1 failed, 1 skipped$/m);
     const written = JSON.parse(fs.readFileSync(json, 'utf8')) as MochaSummary;
     assert.deepEqual([written.passes, written.failures, written.pending], [1, 1, 1]);
+    assert.deepEqual(written.failed?.map((f) => f.title), ['fails']);
+    assert.match(written.failed?.[0].error ?? '', /^Error: no/);
 
     const log = path.join(dir, 'native.log');
     fs.writeFileSync(log, 'native tests: all 7 checks passed\n');
@@ -71,6 +73,8 @@ describe('npm test summary line (test/summary.ts)', function () {
     assert.equal(pass.stdout, 'cascade tests: native ok (7 checks), mocha 3 passing / 0 failing / 0 pending — PASS\n');
     const fail = spawnSync(process.execPath, [SUMMARY_JS, 'native', '0', log, 'mocha', '1', json, 'fuse-native', '1', path.join(dir, 'never-written.json')], { encoding: 'utf8' });
     assert.equal(fail.status, 1, fail.stderr);
+    // The failed test is repeated, with its error, just above the closing line (CI keeps the tail).
+    assert.match(fail.stdout, /^failed tests:\n {2}\[mocha\] fails\n {4}Error: no\n/m);
     assert.match(fail.stdout, /mocha 1 passing \/ 1 failing \/ 1 pending \(exit 1\), fuse-native FAIL \(exit 1 before the end of its run\) — FAIL\n$/);
   });
 });

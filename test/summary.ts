@@ -17,12 +17,23 @@ export interface MochaSummary {
   failures: number;
   pending: number;
   durationMs: number;
+  /** The first failures (test/reporter.ts keeps a bounded few), repeated at the end of npm test. */
+  failed?: MochaFailure[];
+}
+
+export interface MochaFailure {
+  /** The test's full title. */
+  title: string;
+  /** Its error's stack or message, cut short. */
+  error: string;
 }
 
 export interface PartResult {
   ok: boolean;
   /** e.g. `native ok (1234 checks)`, `mocha 700 passing / 0 failing / 11 pending` */
   text: string;
+  /** Failed tests, by title and error, where the part recorded them. */
+  failed?: MochaFailure[];
 }
 
 /** The C++ tests (native/test/run.sh): their closing line and exit status. */
@@ -40,9 +51,24 @@ export function nativePart(exitCode: number, output: string): PartResult {
 export function mochaPart(name: string, exitCode: number, summary: MochaSummary | undefined): PartResult {
   if (summary === undefined) return { ok: false, text: `${name} FAIL (exit ${exitCode} before the end of its run)` };
   const counts = `${summary.passes} passing / ${summary.failures} failing / ${summary.pending} pending`;
-  if (summary.failures > 0 || exitCode !== 0) return { ok: false, text: `${name} ${counts} (exit ${exitCode})` };
+  if (summary.failures > 0 || exitCode !== 0) return { ok: false, text: `${name} ${counts} (exit ${exitCode})`, failed: summary.failed ?? [] };
   if (summary.passes === 0) return { ok: false, text: `${name} ${counts}: ran no test` };
   return { ok: true, text: `${name} ${counts}` };
+}
+
+/**
+ * The failed tests of every part, one block each, for the end of a long log (CI keeps its tail):
+ * `[fuse-native] suite title` then the error indented. Empty when nothing recorded a failure.
+ */
+export function failureReport(parts: { name: string; result: PartResult }[]): string {
+  const blocks: string[] = [];
+  for (const { name, result } of parts) {
+    for (const f of result.failed ?? []) {
+      const error = f.error.split('\n').slice(0, 12).map((l) => `    ${l}`).join('\n');
+      blocks.push(`  [${name}] ${f.title}\n${error}`);
+    }
+  }
+  return blocks.length === 0 ? '' : `failed tests:\n${blocks.join('\n')}\n`;
 }
 
 export function summaryLine(parts: PartResult[]): { ok: boolean; line: string } {
@@ -59,6 +85,7 @@ function readMochaSummary(file: string): MochaSummary | undefined {
   }
   const s = JSON.parse(raw) as MochaSummary;
   for (const k of ['passes', 'failures', 'pending'] as const) if (!Number.isInteger(s[k])) throw new Error(`${file}: no count ${k}`);
+  if (s.failed !== undefined && !Array.isArray(s.failed)) throw new Error(`${file}: failed is not a list`);
   return s;
 }
 
@@ -68,6 +95,7 @@ function main(argv: string[]): number {
     return 2;
   }
   const parts: PartResult[] = [];
+  const named: { name: string; result: PartResult }[] = [];
   for (let i = 0; i < argv.length; i += 3) {
     const [name, code, file] = [argv[i], Number(argv[i + 1]), argv[i + 2]];
     if (name === 'native') {
@@ -81,7 +109,9 @@ function main(argv: string[]): number {
     } else {
       parts.push(mochaPart(name, code, readMochaSummary(file)));
     }
+    named.push({ name, result: parts[parts.length - 1] });
   }
+  process.stdout.write(failureReport(named));
   const { ok, line } = summaryLine(parts);
   process.stdout.write(line + '\n');
   return ok ? 0 : 1;
