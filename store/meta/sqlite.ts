@@ -41,6 +41,17 @@ import { JournalWriter, type JournalEntry, type JournalOp } from './journal';
 const SCHEMA_VERSION = 3;
 /** How long a statement waits for a lock held by another connection before EBUSY. */
 const BUSY_TIMEOUT_MS = 1000;
+/**
+ * WAL checkpoints. SQLite's default checkpoints every 1,000 pages, on the commit that crosses them; each
+ * one fsyncs the WAL and the database, and on this project's VM that was most of a small commit's cost
+ * (a create's commit: 154 us mean against 55 us median, stalls of 12-20 ms at p99.9). Checkpoints now
+ * run when the daemon is idle (WAL_IDLE_CHECKPOINT_MS after the last change), and on a commit only once
+ * the WAL holds WAL_CHECKPOINT_PAGES, which bounds the WAL (and the time to read it at the next open).
+ */
+const WAL_CHECKPOINT_PAGES = 8192;
+const WAL_IDLE_CHECKPOINT_MS = 500;
+/** The WAL file is cut back to this size after a checkpoint that emptied it (a burst may grow it past). */
+const WAL_SIZE_LIMIT_BYTES = 32 * 1024 * 1024;
 
 const SCHEMA = `
   CREATE TABLE names (
@@ -193,6 +204,10 @@ export class SqliteMeta implements MetaEngine {
 
   private journal: JournalWriter | undefined;
   private snapshotting = false;
+  /** Fires WAL_IDLE_CHECKPOINT_MS after the last change (each change restarts it). */
+  private idleCheckpoint: NodeJS.Timeout | undefined;
+  /** Checkpoints taken while idle (stats, tests). */
+  idleCheckpoints = 0;
 
   static open(path: string, options: SqliteMetaOptions = {}): SqliteMeta {
     return new SqliteMeta(path, options);
@@ -207,6 +222,8 @@ export class SqliteMeta implements MetaEngine {
       const mode = db.pragma('journal_mode = WAL', { simple: true });
       if (mode !== 'wal' && path !== ':memory:') throw new CascadeError('EIO', `could not enable WAL on ${path} (got ${String(mode)})`);
       db.pragma('synchronous = NORMAL');
+      db.pragma(`wal_autocheckpoint = ${WAL_CHECKPOINT_PAGES}`);
+      db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
       const database = db;
       database.transaction(() => SqliteMeta.migrate(database, path)).immediate();
       this.db = db;
@@ -584,6 +601,8 @@ export class SqliteMeta implements MetaEngine {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearTimeout(this.idleCheckpoint);
+    this.idleCheckpoint = undefined;
     try {
       this.journal?.close();
     } finally {
@@ -622,10 +641,29 @@ export class SqliteMeta implements MetaEngine {
     // fixRefs rewrote the rows wholesale: count again rather than track each change.
     this.counts = op.op === 'fixRefs' ? this.recount() : counts;
     this.dirty = true;
+    this.scheduleIdleCheckpoint();
     // After the commit: an entry is only ever for a mutation the database holds. A crash between the
     // two loses this one entry, which the database (still intact then) does not need.
     if (replaySeq === undefined) this.journal?.append({ ...op, seq } as JournalEntry);
     return result;
+  }
+
+  private scheduleIdleCheckpoint(): void {
+    if (this.idleCheckpoint !== undefined) {
+      this.idleCheckpoint.refresh();
+      return;
+    }
+    this.idleCheckpoint = setTimeout(() => {
+      this.idleCheckpoint = undefined;
+      if (this.closed) return;
+      try {
+        // PASSIVE: copies what it can and never waits; a failure here is retried by the next one.
+        this.db.pragma('wal_checkpoint(PASSIVE)');
+        this.idleCheckpoints++;
+      } catch {
+        // the next commit's automatic checkpoint, or close, does it (and reports a real error)
+      }
+    }, WAL_IDLE_CHECKPOINT_MS).unref();
   }
 
   private journalSeqRaw(): number {

@@ -170,6 +170,26 @@ describe('SqliteMeta', function () {
     throwsWith(() => SqliteMeta.open(junk), 'ECORRUPT');
   });
 
+  it('checkpoints the WAL once idle, not on the commits of a burst', async function () {
+    const meta = SqliteMeta.open(file);
+    try {
+      const dbBytes = () => fs.statSync(file).size;
+      const before = dbBytes();
+      // 400 commits write well over the 1,000 WAL pages at which SQLite would checkpoint by itself.
+      for (let i = 0; i < 400; i++) await meta.commit(`m/burst/file-${i}`, sha(i + 1), 4096, 1000 + i, 8);
+      assert.ok(fs.statSync(`${file}-wal`).size > 1000 * 4096, 'the burst stays in the WAL');
+      assert.equal(dbBytes(), before, 'no checkpoint during the burst');
+      assert.equal(meta.idleCheckpoints, 0);
+      const deadline = Date.now() + 5000;
+      while (meta.idleCheckpoints === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      assert.equal(meta.idleCheckpoints, 1, 'one checkpoint once idle');
+      assert.ok(dbBytes() > before, 'the checkpoint copied the pages into the database file');
+      assert.equal((await meta.current('m/burst/file-399'))?.sha256, sha(400));
+    } finally {
+      await meta.close();
+    }
+  });
+
   it('lets one engine at a time open a database (EBUSY for the second)', async function () {
     const first = SqliteMeta.open(file);
     try {
