@@ -39,6 +39,8 @@ export interface NativeArenaStats {
   deferredFrees: number;
   /** Record loads whose piece table was damaged or wrong while the payload's SHA-256 held: loaded whole instead of piece by piece. */
   badPieceTables: number;
+  /** With prefault: bytes of the arena whose page tables the background thread has filled so far. */
+  prefaultedBytes: number;
   copiesInFlight: number;
   namedBlocks: number;
   holdsActive: number;

@@ -20,6 +20,8 @@ export interface TierStats {
   slotBytes?: number;
   /** The native arena: loads from disk whose piece table was damaged or wrong while the SHA-256 held (loaded whole). */
   badPieceTables?: number;
+  /** The native arena: bytes whose page tables are filled (reserved at open, mapped in the background). */
+  prefaultedBytes?: number;
 }
 
 export interface Tier {

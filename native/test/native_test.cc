@@ -3,6 +3,7 @@
 // vectors. Built with -DCASCADE_NATIVE_TESTS=ON (and -DCASCADE_ASAN=ON by native/test/run.sh).
 // Exit status 0 when every check passes; each failure prints what differed.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -161,6 +162,47 @@ void TestFullAndRanges() {
   EXPECT(a->Allocate(0, &empty) == Status::kOk);
   EXPECT(a->Read(empty, 0, piece.data(), 1, &copied) == Status::kOk && copied == 0);
   delete a;
+}
+
+// Prefault: the memory is reserved when Open returns (a short tmpfs fails there, not with SIGBUS
+// later), the page tables fill on a background thread while blocks are written, which keep their
+// bytes, and an arena deleted while it prefaults stops it.
+void TestPrefault() {
+  constexpr uint64_t kBytes = 128ull << 20;
+  Arena* a = OpenArena(kBytes, 4096, true);
+  struct stat st {};
+  EXPECT(fstat(a->fd(), &st) == 0 && static_cast<uint64_t>(st.st_blocks) * 512 >= kBytes);
+  std::vector<uint8_t> data(8 << 20), out(8 << 20);
+  std::vector<uint64_t> hs;
+  for (int i = 0; i < 12; i++) {
+    uint64_t h;
+    Pattern(&data, 700 + i);
+    EXPECT(a->Allocate(data.size(), &h) == Status::kOk);
+    EXPECT(a->Write(h, 0, data.data(), data.size()) == Status::kOk);
+    hs.push_back(h);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (a->Stats().prefaultedBytes < kBytes && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT(a->Stats().prefaultedBytes == kBytes);
+  std::vector<unsigned char> resident(kBytes / 4096);
+  EXPECT(mincore(a->base(), kBytes, resident.data()) == 0);
+  size_t mapped = 0;
+  for (unsigned char r : resident) mapped += r & 1;
+  EXPECT(mapped == resident.size());
+  for (int i = 0; i < 12; i++) {
+    uint64_t copied = 0;
+    Pattern(&data, 700 + i);
+    EXPECT(a->Read(hs[i], 0, out.data(), out.size(), &copied) == Status::kOk && copied == out.size() && out == data);
+  }
+  delete a;
+  // Deleted at once: the destructor stops the thread between steps (no hang, no use after unmap).
+  Arena* b = OpenArena(512ull << 20, 4096, true);
+  delete b;
+  // Without prefault nothing is reserved and no thread runs.
+  Arena* c = OpenArena(kBytes, 4096, false);
+  EXPECT(fstat(c->fd(), &st) == 0 && st.st_blocks == 0);
+  EXPECT(c->Stats().prefaultedBytes == 0);
+  delete c;
 }
 
 // Random allocations and frees against a shadow model: every live block keeps its bytes, no two live
@@ -952,6 +994,7 @@ void TestGpu() {
 int main() {
   TestGpu();
   TestGrowSettle();
+  TestPrefault();
   TestStager();
   TestSlabs();
   TestNamesAndHolds();

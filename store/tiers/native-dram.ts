@@ -283,6 +283,7 @@ export class NativeArenaTier implements Tier {
       blockBytes: a?.blockBytes ?? 0,
       slotBytes: a?.slotBytes ?? 0,
       badPieceTables: a?.badPieceTables ?? 0,
+      prefaultedBytes: a?.prefaultedBytes ?? 0,
     };
   }
 

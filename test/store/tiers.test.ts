@@ -424,3 +424,29 @@ describe('ShmArenaTier: huge pages', () => {
     await tier.close();
   });
 });
+
+describe('NativeArenaTier: prefault', () => {
+  it('reserves the whole arena at open: one larger than its tmpfs fails there with ENOSPC (no SIGBUS later), and the page tables fill in the background', async function () {
+    if (process.getuid?.() !== 0) this.skip(); // mounting a tmpfs needs CAP_SYS_ADMIN
+    const { NativeArenaTier } = await import('../../store/tiers/native-dram');
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cascade-small-tmpfs-'));
+    const { spawnSync } = await import('node:child_process');
+    const m = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=16m', 'tmpfs', dir], { encoding: 'utf8' });
+    if (m.status !== 0) this.skip(); // no mount(8) or not allowed here
+    try {
+      await assert.rejects(NativeArenaTier.open({ capacityBytes: 64 * MiB, dir, prefault: true }), (e: unknown) => e instanceof CascadeError && e.code === 'ENOSPC');
+      assert.deepEqual(fs.readdirSync(dir), [], 'nothing left in the tmpfs');
+      const tier = await NativeArenaTier.open({ capacityBytes: 8 * MiB, dir, prefault: true });
+      try {
+        const deadline = Date.now() + 10_000;
+        while ((tier.stats().prefaultedBytes ?? 0) < 8 * MiB && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+        assert.equal(tier.stats().prefaultedBytes, 8 * MiB);
+      } finally {
+        await tier.close();
+      }
+    } finally {
+      spawnSync('umount', [dir]);
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

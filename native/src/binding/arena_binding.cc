@@ -235,6 +235,7 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
     set("noSpaceFailures", s.noSpaceFailures);
     set("deferredFrees", s.deferredFrees);
     set("badPieceTables", s.badPieceTables);
+    set("prefaultedBytes", s.prefaultedBytes);
     set("copiesInFlight", s.copiesInFlight);
     set("namedBlocks", s.namedBlocks);
     set("holdsActive", s.holdsActive);

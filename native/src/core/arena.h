@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -78,6 +80,7 @@ struct ArenaStats {
   uint64_t slotBytes;      // bytes their slots and pages take (>= blockBytes; the rest is padding)
   uint64_t slabPages;      // pages carved into slots for small blocks
   uint64_t badPieceTables;  // record fills whose piece table was damaged or wrong while the SHA-256 held (loaded whole)
+  uint64_t prefaultedBytes;  // with prefault: bytes whose page tables the background thread has filled so far
 };
 
 // A block held for a remote reader (fabric.cc): its pages are not reused until Unhold, even if the
@@ -184,6 +187,9 @@ class Arena {
   };
 
   Arena(int fd, uint8_t* base, uint64_t capacityBytes, uint64_t pageBytes);
+  // With prefault: fills the page tables of the (already reserved) mapping on a thread of its own,
+  // so the first write to each page takes no fault; stopped and joined by the destructor.
+  void StartPrefault();
 
   // Under mutex_: find the live slot for a handle and count a copy in flight.
   Status BeginCopy(uint64_t handle, Slot** slot);
@@ -228,6 +234,9 @@ class Arena {
   std::vector<std::set<uint64_t>> slabsWithRoom_;     // by class - 1: pages with a free slot
   uint64_t blockBytes_ = 0, slotBytes_ = 0;
   ArenaStats counters_{};
+  std::thread prefaultThread_;
+  std::atomic<bool> stopPrefault_{false};
+  std::atomic<uint64_t> prefaultedBytes_{0};
 };
 
 }  // namespace cascade
