@@ -244,6 +244,7 @@ void Session::Worker() {
   // spinning off until requests come back to back again (doneNs: when this worker answered last).
   bool park = true;
   bool spin = false;
+  int64_t spinNs = kSpinNs;
   int64_t doneNs = 0;
   while (!stopping_.load()) {
     {
@@ -252,7 +253,7 @@ void Session::Worker() {
       if (stopping_.load()) break;
       readers_++;
     }
-    const bool spunHit = spin && SpinUntilReadable();
+    const bool spunHit = spin && SpinUntilReadable(spinNs);
     const ssize_t n = read(fd_, buffer.get(), bufferBytes_);
     {
       std::lock_guard<std::mutex> lock(poolMutex_);
@@ -280,10 +281,12 @@ void Session::Worker() {
     Handle(buffer.get(), static_cast<size_t>(n));
     busy_.fetch_sub(1, std::memory_order_relaxed);
     park = !longRequest && othersBusy == 0 && nowNs - lastLongNs_.load(std::memory_order_relaxed) > kQuietNs;
-    // Spin only after a request answered here (while JS works on a forwarded one, the CPUs are its),
-    // in one-reader mode, and while the stream keeps coming back within the spin (or at its start).
+    // Spin in one-reader mode: after a request answered here while the stream keeps coming back
+    // within the spin (or at its start), and after one handed to JS, for the length of a typical JS
+    // answer (kForwardSpinNs): the caller then wakes on a CPU that is running, not on an idle vCPU.
     const bool answeredHere = forwarded_.load(std::memory_order_relaxed) == forwardedBefore;
-    spin = park && answeredHere && (streaming || doneNs == 0);
+    spin = park && (!answeredHere || streaming || doneNs == 0);
+    spinNs = answeredHere ? kSpinNs : kForwardSpinNs;
     doneNs = park && answeredHere ? SteadyNs() : 0;
   }
   exitedWorkers_.fetch_add(1);
@@ -291,7 +294,7 @@ void Session::Worker() {
   poolCv_.notify_one();
 }
 
-bool Session::SpinUntilReadable() {
+bool Session::SpinUntilReadable(int64_t limitNs) {
   const int64_t startNs = SteadyNs();
   struct pollfd p = {fd_, POLLIN, 0};
   for (;;) {
@@ -303,7 +306,7 @@ bool Session::SpinUntilReadable() {
       return true;
     }
     if (rc < 0 || stopping_.load(std::memory_order_relaxed)) return false;  // the stop signal
-    if (SteadyNs() - startNs > kSpinNs) {
+    if (SteadyNs() - startNs > limitNs) {
       spinTimeouts_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
