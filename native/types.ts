@@ -39,7 +39,7 @@ export interface NativeArenaStats {
   deferredFrees: number;
   /** Record loads whose piece table was damaged or wrong while the payload's SHA-256 held: loaded whole instead of piece by piece. */
   badPieceTables: number;
-  /** With prefault: bytes of the arena whose page tables the background thread has filled so far. */
+  /** With prefault: bytes of the arena whose page tables are filled so far (in the background; all at open where fallocate is not offered). */
   prefaultedBytes: number;
   copiesInFlight: number;
   namedBlocks: number;

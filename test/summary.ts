@@ -94,7 +94,6 @@ function main(argv: string[]): number {
     process.stderr.write('usage: node dist/test/summary.js PART EXIT FILE [PART EXIT FILE...]\n');
     return 2;
   }
-  const parts: PartResult[] = [];
   const named: { name: string; result: PartResult }[] = [];
   for (let i = 0; i < argv.length; i += 3) {
     const [name, code, file] = [argv[i], Number(argv[i + 1]), argv[i + 2]];
@@ -105,14 +104,13 @@ function main(argv: string[]): number {
       } catch {
         // no output at all: nativePart reports the exit status
       }
-      parts.push(nativePart(code, output));
+      named.push({ name, result: nativePart(code, output) });
     } else {
-      parts.push(mochaPart(name, code, readMochaSummary(file)));
+      named.push({ name, result: mochaPart(name, code, readMochaSummary(file)) });
     }
-    named.push({ name, result: parts[parts.length - 1] });
   }
   process.stdout.write(failureReport(named));
-  const { ok, line } = summaryLine(parts);
+  const { ok, line } = summaryLine(named.map((n) => n.result));
   process.stdout.write(line + '\n');
   return ok ? 0 : 1;
 }

@@ -80,7 +80,7 @@ struct ArenaStats {
   uint64_t slotBytes;      // bytes their slots and pages take (>= blockBytes; the rest is padding)
   uint64_t slabPages;      // pages carved into slots for small blocks
   uint64_t badPieceTables;  // record fills whose piece table was damaged or wrong while the SHA-256 held (loaded whole)
-  uint64_t prefaultedBytes;  // with prefault: bytes whose page tables the background thread has filled so far
+  uint64_t prefaultedBytes;  // with prefault: bytes whose page tables are filled (in the background; all at open where fallocate is not offered)
 };
 
 // A block held for a remote reader (fabric.cc): its pages are not reused until Unhold, even if the

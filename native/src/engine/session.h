@@ -217,7 +217,7 @@ class Session {
   static bool LongRequest(const uint8_t* message, size_t lengthBytes);
   // A worker about to spend long on one request lets a parked worker take over reading /dev/fuse.
   void HandOffReading();
-  // Polls /dev/fuse up to kSpinNs; true if a request (or an error to read) is there.
+  // Polls /dev/fuse up to limitNs (kSpinNs, kForwardSpinNs); true if a request (or an error to read) is there.
   bool SpinUntilReadable(int64_t limitNs);
   static int WakeSignal();
   static void InstallWakeHandler();
