@@ -259,6 +259,7 @@ interface MountArgs extends CommonArgs {
   disk?: string;
   keepVersions?: number;
   kernelCache: boolean;
+  pageCache: boolean;
   diskPageCache: boolean;
   debug: boolean;
   engine: string;
@@ -278,7 +279,7 @@ interface MountArgs extends CommonArgs {
 
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
 const MOUNT_CONFIG_KEYS = [
-  'data', 'dram', 'dram-watermarks', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'disk-page-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
+  'data', 'dram', 'dram-watermarks', 'disk', 'pin-quota', 'keep-versions', 'kernel-cache', 'page-cache', 'disk-page-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
   'gpu', 'gpu-device', 'metrics', 'passthrough', 'fuse-uring', 'debug', 'log-level', 'log-file', 'quiet',
 ] as const;
 
@@ -309,7 +310,7 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     if (key === 'gpu-device' && !(Number.isInteger(value) && (value as number) >= 0)) throw bad('a device number (0, 1, ...)');
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota' || key === 'gpu') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
-    if ((key === 'kernel-cache' || key === 'disk-page-cache' || key === 'passthrough' || key === 'debug' || key === 'quiet') && typeof value !== 'boolean') throw bad('true or false');
+    if ((key === 'kernel-cache' || key === 'page-cache' || key === 'disk-page-cache' || key === 'passthrough' || key === 'debug' || key === 'quiet') && typeof value !== 'boolean') throw bad('true or false');
     if (key === 'fuse-uring' && !(FUSE_URING_MODES as readonly unknown[]).includes(value)) throw bad(FUSE_URING_MODES.join(', '));
     if ((key === 'log-level' || key === 'log-file') && typeof value !== 'string') throw bad('a string');
     if (key === 'engine' && !(ENGINES as readonly unknown[]).includes(value)) throw bad(ENGINES.join(', '));
@@ -399,6 +400,7 @@ async function mount(args: MountArgs): Promise<void> {
     metrics: args.metrics === undefined ? undefined : usageArg(() => parseListen(args.metrics!)),
     keepVersions: args.keepVersions,
     kernelCache: args.kernelCache,
+    pageCache: args.pageCache,
     diskPageCache: args.diskPageCache,
     debug: args.debug,
     engine: args.engine as EngineChoice,
@@ -923,6 +925,7 @@ export function buildCli(argv: string[]) {
             describe:
               'write the disk tier through the kernel page cache (default: O_DIRECT appends where the filesystem allows them, so a written block is neither copied into nor kept twice in memory; the DRAM tier is the cache; default on when CASCADE_DISK_PAGE_CACHE=1)',
           })
+          .option('page-cache', { type: 'boolean', default: true, describe: 'native engine: read-only opens of blocks held in DRAM read through the kernel page cache (re-reads at memory speed), one content per file at a time, so a reader still never sees a rewrite it did not open; writers and everything else use direct I/O (--no-page-cache: direct I/O for every open)' })
           .option('kernel-cache', { type: 'boolean', default: false, describe: 'read through the kernel page cache and keep it across opens: much faster re-reads and shared mmap, but readers of a file being overwritten in place may see short or mixed content (default: direct I/O)' })
           .option('debug', { type: 'boolean', default: false, describe: 'trace every FUSE request on stderr (libfuse debug; fuse-native engine only)' })
           .option('engine', {
@@ -976,7 +979,7 @@ export function buildCli(argv: string[]) {
             describe:
               'serve Prometheus metrics at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1; port 0 picks a free one, logged): tiers, hits, evictions, promotions, dedup, pins, queues, FUSE request latency by opcode, errors by errno, process figures (default: off)',
           })
-          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, disk-page-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, fuse-uring, debug, log-level, log-file, quiet); flags on the command line win', deferMountConfigErrors)
+          .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, kernel-cache, page-cache, disk-page-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, fuse-uring, debug, log-level, log-file, quiet); flags on the command line win', deferMountConfigErrors)
           .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
           .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
           .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run')

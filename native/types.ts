@@ -189,6 +189,11 @@ export interface FuseSessionOptions {
   nativeOpens?: boolean;
   /** open_out flags of those opens (FOPEN_DIRECT_IO or FOPEN_KEEP_CACHE, as JS answers its own). */
   openFlags?: number;
+  /**
+   * Read-only opens of committed content read through the kernel's page cache where that is safe
+   * (readOpenFlags): one content per inode at a time; everything else keeps openFlags.
+   */
+  pageCache?: boolean;
   /** The kernel's cache lifetimes the workers tell (as JS does). */
   entryValidMs?: number;
   attrValidMs?: number;
@@ -314,6 +319,9 @@ export interface FuseSessionStats {
   servedForgets: number;
   servedOpens: number;
   servedReleases: number;
+  /** Read-only opens given the page cache, and those given direct I/O because another content of the inode was open cached. */
+  pageCacheOpens: number;
+  pageCacheDirect: number;
   /** Directories opened, and READDIRs answered, from the table's listings. */
   servedOpendirs: number;
   servedReaddirs: number;
@@ -357,6 +365,23 @@ export interface NativeFuseSessionBinding {
   setLoadingReadSource(fh: number, handle: number): void;
   /** `fh` was opened read-only: its FLUSH is answered in C++ (a no-op) until it is released. */
   markReadOnly(fh: number): void;
+  /**
+   * The open_out flags of read-only handle fh of node nodeid reading committed content contentKey (the
+   * arena handle of its block; 0: none) of sizeBytes: FOPEN_KEEP_CACHE or 0 (through the page cache),
+   * else the session's openFlags (direct I/O). Counted on the node until the handle's RELEASE.
+   */
+  readOpenFlags(nodeid: number, fh: number, contentKey: number, sizeBytes: number): number;
+  /** The attribute lifetime (ms) for a reply giving nodeid sizeBytes: 0 while a page-cache open of it reads more. */
+  attrValidMs(nodeid: number, sizeBytes: number): number;
+  /**
+   * A writer of nodeid is about to be answered: true, and the node takes no page-cache open until
+   * writerReleased(nodeid), if no page-cache open of it is open; false otherwise (the writer must not
+   * share the inode: the kernel's one size per inode would cut those readers' reads).
+   */
+  tryWriterOpen(nodeid: number): boolean;
+  writerReleased(nodeid: number): void;
+  /** The node at path takes no page-cache open for holdMs (a writer was sent to look the path up again). */
+  holdOffPageCache(path: string, holdMs: number): void;
   /**
    * A JS write handle of node nodeid whose writes go to a stage: its fstat is answered in C++ from attr
    * (88-byte struct fuse_attr, as JS answers it) with the stage's size and time, until its release or

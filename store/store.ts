@@ -288,6 +288,11 @@ export interface DramHold {
   version: VersionRecord;
   /** [arenaOffsetBytes, lengthBytes] pairs in block order. */
   extents: Array<[number, number]>;
+  /**
+   * The native arena handle of the held block (undefined without a native arena). It names this
+   * content while held; the engine keys the kernel's page cache of an inode by it.
+   */
+  arenaHandle?: number;
   release(): void;
 }
 
@@ -753,7 +758,7 @@ export class Store {
     const sha = v.sha256;
     const releaseLease = this.lease(v);
     try {
-      const extents = await this.locks.with(sha, async () => {
+      const held = await this.locks.with(sha, async () => {
         for (let attempt = 0; ; attempt++) {
           await this.ensureInDram(sha, v.sizeBytes, true, true, onLoading);
           // Background eviction may run between ensureInDram's return and here: check, then hold
@@ -765,13 +770,13 @@ export class Store {
           }
           assert(e.sizeBytes === v.sizeBytes, 'held content is in DRAM with its size');
           this.dramHolds.set(sha, (this.dramHolds.get(sha) ?? 0) + 1);
-          return e.extents;
+          return { extents: e.extents, arenaHandle: this.dram instanceof NativeArenaTier ? this.dram.handleOf(sha) : undefined };
         }
       });
       let released = false;
       return {
         version: v,
-        extents,
+        ...held,
         release: () => {
           if (released) return;
           released = true;

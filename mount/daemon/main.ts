@@ -34,6 +34,8 @@ export interface MountOptions {
   metrics?: { host: string; port: number };
   keepVersions?: number;
   kernelCache?: boolean;
+  /** Native engine: read-only opens of held blocks through the page cache (NativeEngineOptions.pageCache; default true). */
+  pageCache?: boolean;
   /** Disk tier writes through the page cache instead of O_DIRECT (StoreConfig.diskPageCache). */
   diskPageCache?: boolean;
   /** libfuse's per-request trace on stderr. */
@@ -274,6 +276,7 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
       try {
         const e = await NativeFuseEngine.mount(mnt, fsOps, {
           kernelCache: opts.kernelCache,
+          pageCache: opts.pageCache,
           arenaFd: store.dramRegion()?.fd,
           // Native writes: new files are staged in the arena and hashed in C++ (not in a cluster,
           // whose commits write the node's segments first).

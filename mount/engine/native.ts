@@ -14,7 +14,7 @@ import * as fs from 'node:fs';
 import { requireNative, type NativeFuseSessionBinding } from '../../native';
 import type { NativeArenaBinding, NativeMetaTableBinding } from '../../native/types';
 import type { FuseNegotiated } from '../../native/types';
-import { CascadeError, isCascadeError } from '../../store/errors';
+import { assert, CascadeError, isCascadeError } from '../../store/errors';
 import type { DramHold } from '../../store/store';
 import type { CascadeFsOps, DirEntry, DirWatcher, FileAttr, Handle } from '../../fs/types';
 import { errnoOf, toErrno } from './errno';
@@ -28,6 +28,12 @@ import { checkMountpoint, clearStaleMount, fusermountUnmount, mountEntry, resolv
 export interface NativeEngineOptions {
   /** Keep the kernel page cache across opens (see FuseEngineOptions.kernelCache). Default: direct I/O. */
   kernelCache?: boolean;
+  /**
+   * Read-only opens of committed content held in the DRAM arena read through the kernel's page cache,
+   * one content per inode at a time (FuseSession.readOpenFlags); writers and every other open keep
+   * direct I/O (default true; off with kernelCache or passthrough, which choose for every open).
+   */
+  pageCache?: boolean;
   /** Worker threads reading /dev/fuse (default 4). */
   threads?: number;
   /** Pages per request (default: fuseRequestPages(), up to 1,024 = 4 MiB as the kernel allows). */
@@ -110,6 +116,8 @@ const VALIDITY: P.Validity = { entryMs: 1000, attrMs: 1000 };
 /** Requests JS takes straight from the workers (takeNext) before it lets the event loop run once. */
 const HANDOVER_CHAIN_MAX = 32;
 const NO_CACHE: P.Validity = { entryMs: 0, attrMs: 0 };
+/** How long a path whose writer was sent back (ESTALE) takes no page-cache open: the writer's retry comes at once. */
+const WRITER_RETRY_HOLD_MS = 1000;
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
 /**
  * Smallest version held in the arena for reads served in C++: a file of one 1 MiB request is read
@@ -221,7 +229,7 @@ export class NativeFuseEngine {
   private readonly nodes = new NodeTable();
   private readonly holds = new Map<Handle, DramHold>();
   /** Every open file handle: its node, whether it may write, and its passthrough backing if it has one. */
-  private readonly opens = new Map<Handle, { nodeid: number; writer: boolean; backing?: Backing }>();
+  private readonly opens = new Map<Handle, { nodeid: number; writer: boolean; backing?: Backing; pageCacheWriter?: boolean }>();
   /** Per node: open handles with passthrough (all share one backing, a kernel rule) and without. */
   private readonly nodeOpens = new Map<number, { passthrough: number; other: number; backing?: Backing }>();
   private backings: BackingCache | undefined;
@@ -243,6 +251,8 @@ export class NativeFuseEngine {
   private staging = false;
   /** Whether attributes are published to the C++ workers (the filesystem offers stableAttr). */
   private readonly caching: boolean;
+  /** Whether read-only opens of held content may read through the page cache (NativeEngineOptions.pageCache). */
+  private readonly pageCache: boolean;
   /**
    * Whether the filesystem tells every directory change (watchDirs): then a directory's cached
    * attributes are dropped exactly when it changes, and directories can be listed in C++ (a LOOKUP of
@@ -262,6 +272,7 @@ export class NativeFuseEngine {
     private readonly log: (msg: string) => void,
   ) {
     this.caching = fsOps.stableAttr !== undefined;
+    this.pageCache = options.pageCache !== false && options.kernelCache !== true && options.passthrough !== true;
   }
 
   /**
@@ -318,6 +329,7 @@ export class NativeFuseEngine {
           // files too, except under passthrough (the kernel wants one kind of open per inode).
           meta: engine.nodes.native,
           nativeOpens: engine.caching && options.arena !== undefined && options.maxBlockBytes !== undefined && options.passthrough !== true,
+          pageCache: engine.pageCache,
           // Those opens are read-only: no FLUSH at close (one trip less per block read).
           openFlags: engine.openFlags() | P.FOPEN.NOFLUSH,
           entryValidMs: VALIDITY.entryMs,
@@ -542,7 +554,37 @@ export class NativeFuseEngine {
 
   private async entry(p: string, handle?: Handle): Promise<Buffer> {
     const attr = await this.attrOf(p, handle);
-    return P.entryOut(this.nodes.remember(p), attr, VALIDITY);
+    const nodeid = this.nodes.remember(p);
+    return P.entryOut(nodeid, attr, this.validity(nodeid, attr));
+  }
+
+  /**
+   * The cache lifetimes for a reply giving node nodeid these attributes: the attributes expire at once
+   * while a page-cache open of the node reads more bytes than they say (the kernel would cut its reads
+   * at that size; expired, it asks again with the reader's handle, which answers its own size).
+   */
+  private validity(nodeid: number, attr: FileAttr): P.Validity {
+    if (!this.pageCache || this.session === undefined) return VALIDITY;
+    return this.session.attrValidMs(nodeid, attr.sizeBytes) === 0 ? { entryMs: VALIDITY.entryMs, attrMs: 0 } : VALIDITY;
+  }
+
+  /**
+   * A request that moves node nodeid's size (a writer's open, a truncate by path) is about to be
+   * served: true if it was counted as a writer (release it with session.writerReleased), false where
+   * there is nothing to count (no page cache). Where readers of the inode read through the page cache,
+   * the request may not share their inode (the kernel's one size would cut their reads): the name is
+   * detached from it and the caller gets ESTALE, on which the kernel looks the path up again (a new
+   * node) and repeats the request there, once.
+   */
+  private writerOpening(nodeid: number, p: string): boolean {
+    const session = this.session;
+    if (!this.pageCache || session === undefined) return false;
+    if (session.tryWriterOpen(nodeid)) return true;
+    // Nor may a reader's page-cache open take the new node before the writer comes back to it.
+    session.holdOffPageCache(p, WRITER_RETRY_HOLD_MS);
+    this.invalidate(p);
+    this.nodes.removed(p);
+    throw new CascadeError('ESTALE', `${p} is open for reading through the page cache: the writer gets a node of its own`);
   }
 
   /**
@@ -674,14 +716,17 @@ export class NativeFuseEngine {
         // fh is meaningful only with GETATTR_FH; otherwise it may hold anything.
         const fh = r.u64Big();
         const handle = (flags & P.GETATTR_FH) !== 0 ? handleOf(fh) : undefined;
-        if (this.nodes.isDetached(hdr.nodeid)) return P.attrOut(await this.detachedAttr(hdr.nodeid, handle), VALIDITY);
+        if (this.nodes.isDetached(hdr.nodeid)) {
+          const detached = await this.detachedAttr(hdr.nodeid, handle);
+          return P.attrOut(detached, this.validity(hdr.nodeid, detached));
+        }
         const attr = await this.attrOf(this.nodes.pathOf(hdr.nodeid), handle);
-        return P.attrOut(attr, VALIDITY);
+        return P.attrOut(attr, this.validity(hdr.nodeid, attr));
       }
       case P.Op.SETATTR: {
         const p = this.nodes.pathOf(hdr.nodeid);
         try {
-          return await this.setattr(p, r);
+          return await this.setattr(p, r, hdr.nodeid);
         } finally {
           this.invalidate(p); // truncate, chmod, utimens
         }
@@ -745,10 +790,21 @@ export class NativeFuseEngine {
         }
         try {
           const attr = await this.attrOf(p, fh);
-          const nodeid = this.nodes.remember(p);
-          this.track(fh, nodeid, true);
+          let nodeid = this.nodes.remember(p);
+          let pageCacheWriter = false;
+          if (this.pageCache && this.session !== undefined) {
+            if (!this.session.tryWriterOpen(nodeid)) {
+              // The name's old node is read through the page cache: the new file gets a node of its own.
+              this.nodes.forget(nodeid, 1);
+              this.nodes.removed(p);
+              nodeid = this.nodes.remember(p);
+              assert(this.session.tryWriterOpen(nodeid), 'a new node has no page-cache opens');
+            }
+            pageCacheWriter = true;
+          }
+          this.track(fh, nodeid, true, undefined, pageCacheWriter);
           if (this.attachStage(fh)) this.stagedAttr(fh, nodeid, attr);
-          return [P.entryOut(nodeid, attr, VALIDITY), P.openOut(fh, this.openFlags())];
+          return [P.entryOut(nodeid, attr, this.validity(nodeid, attr)), P.openOut(fh, this.openFlags())];
         } catch (e) {
           await f.release(fh).catch(() => {});
           throw e;
@@ -928,9 +984,13 @@ export class NativeFuseEngine {
     }
     const p = this.nodes.pathOf(hdr.nodeid);
     const writer = !reading || (flags & O_TRUNC) !== 0;
+    const pageCacheWriter = writer && this.writerOpening(hdr.nodeid, p);
     let fh: Handle;
     try {
       fh = checkHandle(await f.open(p, flags));
+    } catch (e) {
+      if (pageCacheWriter) this.session?.writerReleased(hdr.nodeid);
+      throw e;
     } finally {
       if (writer) this.invalidate(p); // stat shows a write session's size from its open on
     }
@@ -975,6 +1035,10 @@ export class NativeFuseEngine {
           this.holds.set(fh, first);
           this.session?.setReadSource(fh, first.version.sizeBytes, first.extents.flat());
           backing = await this.passthroughFor(hdr.nodeid, first);
+          // Through the page cache where no other content of this inode is read that way now.
+          if (backing === undefined && this.pageCache && first.arenaHandle !== undefined) {
+            openFlags = this.session!.readOpenFlags(hdr.nodeid, fh, first.arenaHandle, first.version.sizeBytes);
+          }
         }
       } catch (e) {
         // Larger than DRAM, or DRAM full of pins: the handle's reads go through JS instead.
@@ -984,7 +1048,7 @@ export class NativeFuseEngine {
         this.warnHold(e);
       }
     }
-    this.track(fh, hdr.nodeid, writer, backing);
+    this.track(fh, hdr.nodeid, writer, backing, pageCacheWriter);
     if (!reading && this.attachStage(fh)) this.stagedAttr(fh, hdr.nodeid, await f.getattr(p, fh));
     // The workers missed this open (not cached, or its block had left DRAM): publish what the next
     // open can be answered from.
@@ -1043,8 +1107,8 @@ export class NativeFuseEngine {
     for (const [fh, o] of this.opens) if (o.nodeid === nodeid && o.writer) this.session?.clearStagedAttr(fh);
   }
 
-  private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing): void {
-    this.opens.set(fh, { nodeid, writer, backing });
+  private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing, pageCacheWriter = false): void {
+    this.opens.set(fh, { nodeid, writer, backing, pageCacheWriter });
     this.nodes.native.jsOpens(nodeid, 1);
     const n = this.nodeOpens.get(nodeid) ?? { passthrough: 0, other: 0 };
     if (backing !== undefined) {
@@ -1091,6 +1155,7 @@ export class NativeFuseEngine {
     if (o === undefined) return;
     this.opens.delete(fh);
     this.nodes.native.jsOpens(o.nodeid, -1);
+    if (o.pageCacheWriter === true) this.session?.writerReleased(o.nodeid);
     o.backing?.release();
     const n = this.nodeOpens.get(o.nodeid);
     if (n === undefined) return;
@@ -1100,7 +1165,7 @@ export class NativeFuseEngine {
     if (n.passthrough === 0 && n.other === 0) this.nodeOpens.delete(o.nodeid);
   }
 
-  private async setattr(p: string, r: P.Reader): Promise<Buffer> {
+  private async setattr(p: string, r: P.Reader, nodeid: number): Promise<Buffer> {
     const valid = r.u32();
     r.u32();
     // Fields not named in `valid` may hold anything (ftruncate sends a lock owner, a path truncate a
@@ -1130,7 +1195,13 @@ export class NativeFuseEngine {
     if ((valid & P.FATTR.SIZE) !== 0) {
       const size = P.safeNumber(sizeRaw);
       if (size === undefined) throw new CascadeError('EFBIG', `size ${sizeRaw} is past any file's limit`);
-      await f.truncate(p, size, handle);
+      // A truncate moves the inode's size as a writer does (a writer's ftruncate is counted already).
+      const counted = handle === undefined && this.writerOpening(nodeid, p);
+      try {
+        await f.truncate(p, size, handle);
+      } finally {
+        if (counted) this.session?.writerReleased(nodeid);
+      }
     }
     if ((valid & P.FATTR.MODE) !== 0) {
       await f.chmod(p, mode);
@@ -1155,7 +1226,7 @@ export class NativeFuseEngine {
       const named = await f.getattr(p).catch(() => undefined);
       if (named === undefined || named.ino !== own.ino || named.sizeBytes !== own.sizeBytes) return P.attrOut(own, NO_CACHE);
     }
-    return P.attrOut(own, VALIDITY);
+    return P.attrOut(own, this.validity(nodeid, own));
   }
 }
 

@@ -253,7 +253,8 @@ describe('native engine: real mounts', function () {
   }
 
   it('--engine native: requests as large as the kernel allows (up to 4 MiB), and reads of DRAM blocks answered in C++ from the arena', async () => {
-    const mnt = await start('served', ['--engine', 'native']);
+    // Direct I/O (the page cache would read ahead in its own pieces; test/mount/page-cache.test.ts).
+    const mnt = await start('served', ['--engine', 'native', '--no-page-cache']);
     const req = fuseRequestPages(); // the kernel's fs.fuse.max_pages_limit caps what we ask for
     const reqBytes = req.pages * 4096;
     assert.match(daemon!.stderr, new RegExp(`engine native: FUSE 7\\.\\d+, ${reqBytes / 1024} KiB requests.*, reads of DRAM blocks served from the arena`));

@@ -918,6 +918,36 @@ def _(c, want):
         m2.close()
 
 
+@row("read.page-cache", "ok")
+def _(c, want):
+    """Re-reads of a committed block come from the page cache on the native engine; a reader still reads
+    the version it opened while a writer rewrites the file in place and a path truncate empties it."""
+    p = c.dir("read.page-cache") + "/f"
+    one, two = pattern(300_000, 10), pattern(200_000, 11)
+    write_file(p, one)
+    for _ in range(2):
+        with open(p, "rb") as f:
+            check(expect(want, f.read) == one, "a re-read")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        check(os.pread(fd, 400_000, 0) == one, "the reader's first read")
+        w = os.open(p, os.O_WRONLY | os.O_TRUNC)  # in place: the page-cache reader keeps its inode
+        os.write(w, two[:1000])
+        check(os.stat(p).st_size == 1000, "stat shows the writer's size")
+        check(os.pread(fd, 400_000, 0) == one, "the reader reads its version beside the writer")
+        os.write(w, two[1000:])
+        os.close(w)
+        check(os.pread(fd, 400_000, 0) == one, "the reader reads its version after the rewrite committed")
+        with open(p, "rb") as f:
+            check(f.read() == two, "a new open reads the rewrite")
+        os.truncate(p, 0)
+        check(os.pread(fd, 400_000, 0) == one, "the reader reads its version after a truncate by path")
+    finally:
+        os.close(fd)
+    with open(p, "rb") as f:
+        check(f.read() == b"", "a new open reads the truncated file")
+
+
 # ---- filesystem ------------------------------------------------------------------------------------
 
 @row("statvfs", "ok")

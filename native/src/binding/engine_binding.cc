@@ -168,6 +168,11 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
                            InstanceMethod<&FuseSessionWrap::SetLoadingReadSource>("setLoadingReadSource"),
                            InstanceMethod<&FuseSessionWrap::WriteArenaTo>("writeArenaTo"),
                            InstanceMethod<&FuseSessionWrap::MarkReadOnly>("markReadOnly"),
+                           InstanceMethod<&FuseSessionWrap::ReadOpenFlags>("readOpenFlags"),
+                           InstanceMethod<&FuseSessionWrap::AttrValidMs>("attrValidMs"),
+                           InstanceMethod<&FuseSessionWrap::TryWriterOpen>("tryWriterOpen"),
+                           InstanceMethod<&FuseSessionWrap::WriterReleased>("writerReleased"),
+                           InstanceMethod<&FuseSessionWrap::HoldOffPageCache>("holdOffPageCache"),
                            InstanceMethod<&FuseSessionWrap::SetStagedAttr>("setStagedAttr"),
                            InstanceMethod<&FuseSessionWrap::ClearStagedAttr>("clearStagedAttr"),
                            InstanceMethod<&FuseSessionWrap::OpenBacking>("openBacking"),
@@ -251,7 +256,8 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
         return;
       }
       uint32_t openFlags = opts.openFlags, entryValidMs = 1000, attrValidMs = 1000;
-      if (!OptBool(env, o, "nativeOpens", &opts.nativeOpens) || !OptU32(env, o, "openFlags", &openFlags, false) ||
+      if (!OptBool(env, o, "nativeOpens", &opts.nativeOpens) || !OptBool(env, o, "pageCache", &opts.pageCache) ||
+          !OptU32(env, o, "openFlags", &openFlags, false) ||
           !OptU32(env, o, "entryValidMs", &entryValidMs, false) || !OptU32(env, o, "attrValidMs", &attrValidMs, false)) {
         return;
       }
@@ -434,6 +440,61 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     return env.Undefined();
   }
 
+  // readOpenFlags(nodeid, fh, contentKey, sizeBytes) -> open_out flags (Session::ReadOpenFlags).
+  Napi::Value ReadOpenFlags(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t nodeid, fh, key, size;
+    if (!ArgU64(info, 0, "nodeid", &nodeid) || !ArgU64(info, 1, "fh", &fh) || !ArgU64(info, 2, "contentKey", &key) ||
+        !ArgU64(info, 3, "sizeBytes", &size)) {
+      return env.Undefined();
+    }
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    return Napi::Number::New(env, s->ReadOpenFlags(nodeid, fh, key, size));
+  }
+
+  // attrValidMs(nodeid, sizeBytes) -> the attributes' lifetime for a reply (Session::AttrValidMsFor).
+  Napi::Value AttrValidMs(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t nodeid, size;
+    if (!ArgU64(info, 0, "nodeid", &nodeid) || !ArgU64(info, 1, "sizeBytes", &size)) return env.Undefined();
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    return Napi::Number::New(env, static_cast<double>(s->AttrValidMsFor(nodeid, size)));
+  }
+
+  // tryWriterOpen(nodeid) -> bool (Session::TryWriterOpen); writerReleased(nodeid) undoes it.
+  Napi::Value TryWriterOpen(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t nodeid;
+    if (!ArgU64(info, 0, "nodeid", &nodeid)) return env.Undefined();
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    return Napi::Boolean::New(env, s->TryWriterOpen(nodeid));
+  }
+
+  Napi::Value WriterReleased(const Napi::CallbackInfo& info) {
+    uint64_t nodeid;
+    if (!ArgU64(info, 0, "nodeid", &nodeid)) return info.Env().Undefined();
+    if (session_) session_->WriterReleased(nodeid);
+    return info.Env().Undefined();
+  }
+
+  // holdOffPageCache(path, holdMs) (Session::HoldOffPageCache).
+  Napi::Value HoldOffPageCache(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t holdMs;
+    if (info.Length() < 1 || !info[0].IsString()) {
+      ThrowCode(env, "EINVAL", "path must be a string");
+      return env.Undefined();
+    }
+    if (!ArgU64(info, 1, "holdMs", &holdMs)) return env.Undefined();
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    s->HoldOffPageCache(info[0].As<Napi::String>().Utf8Value(), holdMs);
+    return env.Undefined();
+  }
+
   // setStagedAttr(fh, nodeid, attr: 88-byte struct fuse_attr): fstat of a staged writer in C++.
   Napi::Value SetStagedAttr(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -522,6 +583,8 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("servedForgets", static_cast<double>(s.servedForgets));
     o.Set("servedOpens", static_cast<double>(s.servedOpens));
     o.Set("servedReleases", static_cast<double>(s.servedReleases));
+    o.Set("pageCacheOpens", static_cast<double>(s.pageCacheOpens));
+    o.Set("pageCacheDirect", static_cast<double>(s.pageCacheDirect));
     o.Set("servedOpendirs", static_cast<double>(s.servedOpendirs));
     o.Set("servedReaddirs", static_cast<double>(s.servedReaddirs));
     o.Set("spinHits", static_cast<double>(s.spinHits));

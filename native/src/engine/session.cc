@@ -20,6 +20,7 @@
 #include <cassert>
 #include <mutex>
 
+#include "../core/check.h"
 #include "fuse_kernel.h"
 
 namespace cascade::engine {
@@ -419,6 +420,7 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
       // Drop the source before the embedder can reuse the handle number (it answers the release).
       if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_release_in)) {
         const uint64_t fh = reinterpret_cast<const fuse_release_in*>(message + sizeof(fuse_in_header))->fh;
+        ReleaseCachedOpen(fh);
         if (fh >= kNativeHandleBase && ServeNativeRelease(in->unique, fh)) return;
         ClearReadSource(fh);
         ClearStagedAttr(fh);
@@ -648,8 +650,8 @@ bool Session::ServeLookup(const uint8_t* message, size_t lengthBytes) {
   out.nodeid = id;
   out.generation = 0;  // node ids are never reused while mounted
   SplitMs(options_.entryValidMs, &out.entry_valid, &out.entry_valid_nsec);
-  SplitMs(options_.attrValidMs, &out.attr_valid, &out.attr_valid_nsec);
   FillAttrOut(a, false, &out.attr);
+  SplitMs(AttrValidMsFor(id, out.attr.size), &out.attr_valid, &out.attr_valid_nsec);
   struct iovec iov = {&out, sizeof out};
   if (Reply(hdr->unique, 0, &iov, 1) == Status::kStale) {
     // Interrupted: the kernel never learnt of this lookup, so it will never forget it.
@@ -690,8 +692,8 @@ bool Session::ServeGetattr(const uint8_t* message, size_t lengthBytes) {
     detached = true;
   }
   fuse_attr_out out{};
-  SplitMs(options_.attrValidMs, &out.attr_valid, &out.attr_valid_nsec);
   FillAttrOut(a, detached, &out.attr);
+  SplitMs(AttrValidMsFor(hdr->nodeid, out.attr.size), &out.attr_valid, &out.attr_valid_nsec);
   struct iovec iov = {&out, sizeof out};
   Reply(hdr->unique, 0, &iov, 1);
   servedGetattrs_.fetch_add(1, std::memory_order_relaxed);
@@ -761,13 +763,144 @@ void Session::ServeForget(const uint8_t* message, size_t lengthBytes) {
   if (hdr->opcode == FUSE_FORGET) {
     if (lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_forget_in)) return;
     options_.meta->Forget(hdr->nodeid, reinterpret_cast<const fuse_forget_in*>(message + sizeof(fuse_in_header))->nlookup);
+    ForgetCachedNode(hdr->nodeid);
     return;
   }
   if (lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_batch_forget_in)) return;
   const auto* batch = reinterpret_cast<const fuse_batch_forget_in*>(message + sizeof(fuse_in_header));
   const size_t room = (lengthBytes - sizeof(fuse_in_header) - sizeof(fuse_batch_forget_in)) / sizeof(fuse_forget_one);
   const auto* one = reinterpret_cast<const fuse_forget_one*>(message + sizeof(fuse_in_header) + sizeof(fuse_batch_forget_in));
-  for (size_t i = 0; i < std::min<size_t>(batch->count, room); i++) options_.meta->Forget(one[i].nodeid, one[i].nlookup);
+  for (size_t i = 0; i < std::min<size_t>(batch->count, room); i++) {
+    options_.meta->Forget(one[i].nodeid, one[i].nlookup);
+    ForgetCachedNode(one[i].nodeid);
+  }
+}
+
+uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKey, uint64_t sizeBytes) {
+  if (!options_.pageCache || contentKey == 0) return options_.openFlags;
+  std::lock_guard<std::mutex> lock(pageCacheMutex_);
+  auto it = cachedNodes_.find(nodeid);
+  if (it == cachedNodes_.end()) {
+    if (cachedNodes_.size() >= kCachedNodesMax || cachedHandles_.size() >= kNativeOpensMax) return options_.openFlags;
+    it = cachedNodes_.emplace(nodeid, CachedNode{}).first;
+  }
+  CachedNode& node = it->second;
+  const bool same = node.contentKey == contentKey && node.sizeBytes == sizeBytes;
+  if (HeldOffLocked(nodeid)) {
+    pageCacheDirect_.fetch_add(1, std::memory_order_relaxed);
+    return options_.openFlags;
+  }
+  if (node.opens > 0 && !same) {
+    // Another content is read through this inode's page cache now: this open must not share it.
+    pageCacheDirect_.fetch_add(1, std::memory_order_relaxed);
+    return options_.openFlags;
+  }
+  if (cachedHandles_.size() >= kNativeOpensMax || !cachedHandles_.emplace(fh, nodeid).second) return options_.openFlags;
+  node.contentKey = contentKey;
+  node.sizeBytes = sizeBytes;
+  node.opens++;
+  pageCacheOpens_.fetch_add(1, std::memory_order_relaxed);
+  // The kernel may hold a smaller size for the inode, valid for a while (a writer's, told before
+  // this open counted: AttrValidMsFor). Cached reads stop at it without asking, so make it stale
+  // before the open returns; a reply about the node already on its way is dropped too (the notice
+  // raises the inode's attribute version).
+  NotifyAttrsStale(nodeid);
+  // The pages cached are of this content (kept), or maybe of another (the open drops them). A read-only
+  // open's FLUSH stays off where the embedder turned it off.
+  return (same ? FOPEN_KEEP_CACHE : 0) | (options_.openFlags & FOPEN_NOFLUSH);
+}
+
+bool Session::HeldOffLocked(uint64_t nodeid) {
+  auto w = writers_.find(nodeid);
+  if (w != writers_.end() && w->second > 0) return true;
+  if (heldOff_.empty() || !options_.meta) return false;
+  std::string path;
+  bool detached;
+  if (options_.meta->PathOf(nodeid, &path, &detached) != Status::kOk) return false;
+  auto h = heldOff_.find(path);
+  if (h == heldOff_.end()) return false;
+  if (h->second > SteadyNs()) return true;
+  heldOff_.erase(h);
+  return false;
+}
+
+bool Session::TryWriterOpen(uint64_t nodeid) {
+  std::lock_guard<std::mutex> lock(pageCacheMutex_);
+  auto it = cachedNodes_.find(nodeid);
+  if (it != cachedNodes_.end() && it->second.opens > 0) return false;
+  writers_[nodeid]++;
+  return true;
+}
+
+void Session::WriterReleased(uint64_t nodeid) {
+  std::lock_guard<std::mutex> lock(pageCacheMutex_);
+  auto it = writers_.find(nodeid);
+  Check(it != writers_.end() && it->second > 0, "a released writer was counted");
+  if (--it->second == 0) writers_.erase(it);
+}
+
+void Session::HoldOffPageCache(const std::string& path, uint64_t holdMs) {
+  std::lock_guard<std::mutex> lock(pageCacheMutex_);
+  const int64_t now = SteadyNs();
+  if (heldOff_.size() >= kHeldOffPathsMax) {
+    for (auto it = heldOff_.begin(); it != heldOff_.end();) it = it->second <= now ? heldOff_.erase(it) : std::next(it);
+  }
+  if (heldOff_.size() >= kHeldOffPathsMax) heldOff_.clear();  // all live: the writers retry, readers read direct meanwhile
+  heldOff_[path] = now + static_cast<int64_t>(std::min<uint64_t>(holdMs, 60'000)) * 1'000'000;
+}
+
+uint64_t Session::CachedOpensOf(uint64_t nodeid) {
+  std::lock_guard<std::mutex> lock(pageCacheMutex_);
+  auto it = cachedNodes_.find(nodeid);
+  return it == cachedNodes_.end() ? 0 : it->second.opens;
+}
+
+void Session::NotifyAttrsStale(uint64_t nodeid) {
+  if (fd_ < 0) return;
+  fuse_out_header out{};
+  fuse_notify_inval_inode_out body{};
+  body.ino = nodeid;
+  body.off = -1;  // attributes only: no page is touched (no lock a READ in flight could hold)
+  body.len = 0;
+  out.unique = 0;  // a notice, not a reply
+  out.error = FUSE_NOTIFY_INVAL_INODE;
+  out.len = sizeof out + sizeof body;
+  struct iovec iov[2] = {{&out, sizeof out}, {&body, sizeof body}};
+  ssize_t n;
+  do {
+    n = writev(fd_, iov, 2);
+  } while (n < 0 && errno == EINTR);
+  // ENOENT: the kernel holds no such inode now (nothing cached to make stale).
+  if (n < 0 && errno != ENOENT) replyErrors_.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t Session::AttrValidMsFor(uint64_t nodeid, uint64_t sizeBytes) {
+  if (!options_.pageCache) return options_.attrValidMs;
+  std::lock_guard<std::mutex> lock(pageCacheMutex_);
+  auto it = cachedNodes_.find(nodeid);
+  return it != cachedNodes_.end() && it->second.opens > 0 && it->second.sizeBytes > sizeBytes ? 0 : options_.attrValidMs;
+}
+
+void Session::ReleaseCachedOpen(uint64_t fh) {
+  if (!options_.pageCache) return;
+  std::lock_guard<std::mutex> lock(pageCacheMutex_);
+  auto h = cachedHandles_.find(fh);
+  if (h == cachedHandles_.end()) return;
+  auto it = cachedNodes_.find(h->second);
+  Check(it != cachedNodes_.end() && it->second.opens > 0, "a page-cache open counts on its node");
+  it->second.opens--;  // the content stays: its pages may still be cached (the next open keeps them)
+  cachedHandles_.erase(h);
+}
+
+void Session::ForgetCachedNode(uint64_t nodeid) {
+  if (!options_.pageCache) return;
+  std::string path;
+  bool detached;
+  if (options_.meta->PathOf(nodeid, &path, &detached) != Status::kStale) return;  // the kernel still has it
+  std::lock_guard<std::mutex> lock(pageCacheMutex_);
+  auto it = cachedNodes_.find(nodeid);
+  // Gone from the kernel: its inode and page cache went with it.
+  if (it != cachedNodes_.end() && it->second.opens == 0) cachedNodes_.erase(it);
 }
 
 bool Session::ServeOpen(const uint8_t* message, size_t lengthBytes) {
@@ -816,9 +949,10 @@ bool Session::ServeOpen(const uint8_t* message, size_t lengthBytes) {
   }
   OpenOut out{};
   out.fh = fh;
-  out.open_flags = options_.openFlags;
+  out.open_flags = ReadOpenFlags(hdr->nodeid, fh, a.blockHandle, a.sizeBytes);
   struct iovec iov = {&out, sizeof out};
   if (Reply(hdr->unique, 0, &iov, 1) == Status::kStale) {
+    ReleaseCachedOpen(fh);
     ServeNativeRelease(0, fh);  // interrupted: no release will come for it
     return true;
   }
@@ -1064,6 +1198,8 @@ SessionStats Session::stats() const {
   s.servedForgets = servedForgets_.load();
   s.servedOpens = servedOpens_.load();
   s.servedReleases = servedReleases_.load();
+  s.pageCacheOpens = pageCacheOpens_.load();
+  s.pageCacheDirect = pageCacheDirect_.load();
   s.servedOpendirs = servedOpendirs_.load();
   s.servedReaddirs = servedReaddirs_.load();
   s.spinHits = spinHits_.load();

@@ -47,6 +47,8 @@ constexpr uint64_t kNativeHandleBase = uint64_t{1} << 40;
 constexpr size_t kNativeOpensMax = 1 << 20;       // opens answered natively at once
 constexpr size_t kNativeDirsMax = 4096;           // directories opened natively at once (each a snapshot)
 constexpr size_t kTouchedMax = 1 << 16;           // arena blocks opened natively, not yet told to JS
+constexpr size_t kCachedNodesMax = 1 << 20;       // nodes whose page-cache content is tracked (then direct I/O)
+constexpr size_t kHeldOffPathsMax = 4096;         // paths held off the page cache at once (HoldOffPageCache)
 // Stopping interrupts the workers' blocking reads with SIGRTMIN + this (a no-op handler, no SA_RESTART;
 // glibc keeps the first real-time signals below SIGRTMIN, and Node and libuv use none of these).
 constexpr int kWakeSignalOffset = 7;
@@ -94,6 +96,9 @@ struct SessionOptions {
   // With meta and arena: read-only opens of cached files whose block is in the arena answered here.
   bool nativeOpens = false;
   uint32_t openFlags = FOPEN_DIRECT_IO;  // open_out flags of those opens (as JS gives its own)
+  // Read-only opens of committed content read through the kernel's page cache where that is safe
+  // (ReadOpenFlags); writers and everything else keep direct I/O (openFlags).
+  bool pageCache = false;
   uint64_t entryValidMs = 1000;          // the kernel's cache lifetimes, as JS tells them
   uint64_t attrValidMs = 1000;
   // FUSE over io_uring (uring.h) when the kernel offers it (fuse.enable_uring); else /dev/fuse alone.
@@ -133,6 +138,10 @@ struct SessionStats {
   uint64_t servedForgets = 0;
   uint64_t servedOpens = 0;
   uint64_t servedReleases = 0;
+  // Read-only opens answered with the page cache (kept, or dropped first), and those given direct I/O
+  // because another content of the node was open cached.
+  uint64_t pageCacheOpens = 0;
+  uint64_t pageCacheDirect = 0;
   // Directories opened, and READDIRs answered, from listings in the metadata table.
   uint64_t servedOpendirs = 0;
   uint64_t servedReaddirs = 0;
@@ -192,6 +201,30 @@ class Session {
   // detached. Until its release or the clear (JS clears it where the name's attributes change).
   Status SetStagedAttr(uint64_t fh, uint64_t nodeid, const uint8_t* attr, size_t attrBytes);
   void ClearStagedAttr(uint64_t fh);
+  // The open_out flags of a read-only open, by handle fh, of node nodeid's committed content: the arena
+  // block contentKey (its handle names one content while live: generations), sizeBytes long.
+  // The kernel keeps one page cache per inode, shared by every open of it that does not use direct
+  // I/O, and fills it from whichever open reads first. So all such opens of a node at any moment read
+  // one content: the first sets it (keeping the pages already cached if they are of that content,
+  // else dropping them: an open without FOPEN_KEEP_CACHE), later opens of the same content share it,
+  // and an open of another content while those are open reads with direct I/O. Without pageCache:
+  // options.openFlags. Released with the handle's RELEASE (Handle).
+  uint32_t ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKey, uint64_t sizeBytes);
+  // The attributes' lifetime for a reply about nodeid that gives it sizeBytes: none (0) when a page-
+  // cache open of the node reads more than that. The kernel cuts cached reads at the inode's size
+  // while the attributes are valid; an expired size is asked again with the reader's handle
+  // (FUSE_GETATTR_FH), which answers its own content's size.
+  uint64_t AttrValidMsFor(uint64_t nodeid, uint64_t sizeBytes);
+  // A writer (any open that may change the file) is about to be answered for nodeid: true, and the
+  // node takes no page-cache open until WriterReleased, if no page-cache open of it is open now;
+  // false otherwise. The kernel keeps one size per inode and its writers move it, so a page-cache
+  // reader beside a writer would have its reads cut at the writer's size.
+  bool TryWriterOpen(uint64_t nodeid);
+  void WriterReleased(uint64_t nodeid);
+  // The node at path (whatever its id will be) takes no page-cache open for holdMs: a writer was
+  // turned away (ESTALE) to look the path up again and open the new node it finds.
+  void HoldOffPageCache(const std::string& path, uint64_t holdMs);
+  uint64_t CachedOpensOf(uint64_t nodeid);
   // FUSE_DEV_IOC_BACKING_OPEN/CLOSE: register a file the kernel reads directly (passthrough).
   Status OpenBacking(int fd, int32_t* backingId, std::string* error);
   Status CloseBacking(int32_t backingId);
@@ -236,6 +269,11 @@ class Session {
   bool StagedAttrOf(uint64_t fh, uint64_t nodeid, CachedAttr* out);
   bool StagedAttrOfNode(uint64_t nodeid, CachedAttr* out);
   void ReplyError(uint64_t unique, int32_t error);
+  void ReleaseCachedOpen(uint64_t fh);
+  bool HeldOffLocked(uint64_t nodeid);  // under pageCacheMutex_: a writer is open or expected
+  // FUSE_NOTIFY_INVAL_INODE for the node's attributes only.
+  void NotifyAttrsStale(uint64_t nodeid);
+  void ForgetCachedNode(uint64_t nodeid);
   void StartUring(uint32_t payloadBytes);
 
   const SessionOptions options_;
@@ -290,12 +328,25 @@ class Session {
   std::unordered_map<uint64_t, StagedAttr> stagedAttrs_;
   std::unordered_map<uint64_t, uint64_t> stagedByNode_;  // node -> the handle whose attributes stand for it
 
+  // Page-cache opens (ReadOpenFlags): per node, the content its cached opens read and how many are open.
+  struct CachedNode {
+    uint64_t contentKey = 0;
+    uint64_t sizeBytes = 0;
+    uint64_t opens = 0;
+  };
+  mutable std::mutex pageCacheMutex_;
+  std::unordered_map<uint64_t, CachedNode> cachedNodes_;
+  std::unordered_map<uint64_t, uint64_t> cachedHandles_;  // fh -> nodeid
+  std::unordered_map<uint64_t, uint64_t> writers_;        // nodeid -> writers open
+  std::unordered_map<std::string, int64_t> heldOff_;      // path -> until (SteadyNs)
+
   mutable std::shared_mutex negotiatedMutex_;
   Negotiated negotiated_;
 
   std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0},
       servedLookups_{0}, servedAbsentLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0},
-      servedOpendirs_{0}, servedReaddirs_{0}, spinHits_{0}, spinTimeouts_{0}, gatedReads_{0}, gatedToJs_{0};
+      servedOpendirs_{0}, servedReaddirs_{0}, spinHits_{0}, spinTimeouts_{0}, gatedReads_{0}, gatedToJs_{0},
+      pageCacheOpens_{0}, pageCacheDirect_{0};
 };
 
 }  // namespace cascade::engine
