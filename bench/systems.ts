@@ -294,9 +294,10 @@ interface FileSystemHooks {
   backingFiles(file: string): string[];
   /**
    * Whether dropCache also drops `file` itself through the mount (an open of it there; default true).
-   * False for Cascade with direct I/O: the mount keeps no page cache of the file, and an open through
-   * it loads the block into DRAM (the native engine holds every read-only open's version), which would
-   * make the timed read a hot one.
+   * False for Cascade: its mount holds no page cache of a file not opened since the restart that made
+   * the blocks cold (page-cache reads need the block held in DRAM; a direct I/O mount keeps none), and
+   * an open through it loads the block into DRAM (the native engine holds every read-only open's
+   * version), which would make the timed read a hot one.
    */
   dropThroughMount?: boolean;
   settle?(contentBytes: number): Promise<number>;

@@ -322,6 +322,8 @@ export interface FuseSessionStats {
   /** Read-only opens given the page cache, and those given direct I/O because another content of the inode was open cached. */
   pageCacheOpens: number;
   pageCacheDirect: number;
+  /** Page-cache opens whose node the kernel might have held smaller (a writer's size): its attributes were made stale first. */
+  pageCacheAttrNotices: number;
   /** Directories opened, and READDIRs answered, from the table's listings. */
   servedOpendirs: number;
   servedReaddirs: number;

@@ -585,6 +585,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("servedReleases", static_cast<double>(s.servedReleases));
     o.Set("pageCacheOpens", static_cast<double>(s.pageCacheOpens));
     o.Set("pageCacheDirect", static_cast<double>(s.pageCacheDirect));
+    o.Set("pageCacheAttrNotices", static_cast<double>(s.pageCacheAttrNotices));
     o.Set("servedOpendirs", static_cast<double>(s.servedOpendirs));
     o.Set("servedReaddirs", static_cast<double>(s.servedReaddirs));
     o.Set("spinHits", static_cast<double>(s.spinHits));

@@ -800,11 +800,15 @@ uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKe
   node.sizeBytes = sizeBytes;
   node.opens++;
   pageCacheOpens_.fetch_add(1, std::memory_order_relaxed);
-  // The kernel may hold a smaller size for the inode, valid for a while (a writer's, told before
-  // this open counted: AttrValidMsFor). Cached reads stop at it without asking, so make it stale
-  // before the open returns; a reply about the node already on its way is dropped too (the notice
-  // raises the inode's attribute version).
-  NotifyAttrsStale(nodeid);
+  // The kernel may hold a smaller size for the inode, still valid (a writer's, told before this open
+  // counted: AttrValidMsFor keeps the smallest). Cached reads stop at it without asking, so make it
+  // stale before the open returns; a reply about the node already on its way is dropped too (the
+  // notice raises the inode's attribute version).
+  if (node.toldUntilNs > SteadyNs() && node.toldMinSizeBytes < sizeBytes) {
+    pageCacheAttrNotices_.fetch_add(1, std::memory_order_relaxed);
+    NotifyAttrsStale(nodeid);
+    node.toldUntilNs = 0;  // every reply told before the notice is stale now (or dropped on arrival)
+  }
   // The pages cached are of this content (kept), or maybe of another (the open drops them). A read-only
   // open's FLUSH stays off where the embedder turned it off.
   return (same ? FOPEN_KEEP_CACHE : 0) | (options_.openFlags & FOPEN_NOFLUSH);
@@ -878,7 +882,23 @@ uint64_t Session::AttrValidMsFor(uint64_t nodeid, uint64_t sizeBytes) {
   if (!options_.pageCache) return options_.attrValidMs;
   std::lock_guard<std::mutex> lock(pageCacheMutex_);
   auto it = cachedNodes_.find(nodeid);
-  return it != cachedNodes_.end() && it->second.opens > 0 && it->second.sizeBytes > sizeBytes ? 0 : options_.attrValidMs;
+  if (it != cachedNodes_.end() && it->second.opens > 0 && it->second.sizeBytes > sizeBytes) return 0;
+  if (it == cachedNodes_.end()) {
+    // Full: the node takes no page-cache open (ReadOpenFlags), so what the kernel keeps of it is moot.
+    if (cachedNodes_.size() >= kCachedNodesMax) return options_.attrValidMs;
+    it = cachedNodes_.emplace(nodeid, CachedNode{}).first;
+  }
+  // The smallest size the kernel may hold for the node, until that reply expires. A later reply
+  // replaces it in the kernel, but may be dropped there for a concurrent change, so a smaller size
+  // is remembered until its own expiry (never extended by larger ones: a stream of replies must not
+  // keep it alive), or until a notice makes every earlier reply stale (ReadOpenFlags).
+  CachedNode& node = it->second;
+  const int64_t now = SteadyNs();
+  if (node.toldUntilNs <= now || sizeBytes <= node.toldMinSizeBytes) {
+    node.toldMinSizeBytes = sizeBytes;
+    node.toldUntilNs = now + static_cast<int64_t>(options_.attrValidMs) * 1'000'000;
+  }
+  return options_.attrValidMs;
 }
 
 void Session::ReleaseCachedOpen(uint64_t fh) {
@@ -1200,6 +1220,7 @@ SessionStats Session::stats() const {
   s.servedReleases = servedReleases_.load();
   s.pageCacheOpens = pageCacheOpens_.load();
   s.pageCacheDirect = pageCacheDirect_.load();
+  s.pageCacheAttrNotices = pageCacheAttrNotices_.load();
   s.servedOpendirs = servedOpendirs_.load();
   s.servedReaddirs = servedReaddirs_.load();
   s.spinHits = spinHits_.load();

@@ -142,6 +142,7 @@ struct SessionStats {
   // because another content of the node was open cached.
   uint64_t pageCacheOpens = 0;
   uint64_t pageCacheDirect = 0;
+  uint64_t pageCacheAttrNotices = 0;  // page-cache opens that made the kernel's smaller size stale
   // Directories opened, and READDIRs answered, from listings in the metadata table.
   uint64_t servedOpendirs = 0;
   uint64_t servedReaddirs = 0;
@@ -333,6 +334,9 @@ class Session {
     uint64_t contentKey = 0;
     uint64_t sizeBytes = 0;
     uint64_t opens = 0;
+    // The smallest size an attribute reply gave the kernel for the node, valid until toldUntilNs.
+    uint64_t toldMinSizeBytes = 0;
+    int64_t toldUntilNs = 0;
   };
   mutable std::mutex pageCacheMutex_;
   std::unordered_map<uint64_t, CachedNode> cachedNodes_;
@@ -346,7 +350,7 @@ class Session {
   std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0},
       servedLookups_{0}, servedAbsentLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0},
       servedOpendirs_{0}, servedReaddirs_{0}, spinHits_{0}, spinTimeouts_{0}, gatedReads_{0}, gatedToJs_{0},
-      pageCacheOpens_{0}, pageCacheDirect_{0};
+      pageCacheOpens_{0}, pageCacheDirect_{0}, pageCacheAttrNotices_{0};
 };
 
 }  // namespace cascade::engine
