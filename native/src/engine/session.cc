@@ -550,6 +550,10 @@ bool Session::ServeWrite(const uint8_t* message, size_t lengthBytes) {
   if (stager_->Write(in->fh, in->offset, message + header, in->size) != Status::kOk) return false;
   servedWrites_.fetch_add(1, std::memory_order_relaxed);
   servedWriteBytes_.fetch_add(in->size, std::memory_order_relaxed);
+  // Once this answer lands, the kernel takes the node's size as stale (a write invalidates it), so the
+  // smaller sizes replies told before need no notice at the next page-cache open; a reply told after
+  // this line is remembered again.
+  ForgetToldSize(hdr->nodeid);
   fuse_write_out out{};
   out.size = in->size;
   struct iovec iov = {&out, sizeof out};
@@ -857,6 +861,13 @@ uint64_t Session::CachedOpensOf(uint64_t nodeid) {
   std::lock_guard<std::mutex> lock(pageCacheMutex_);
   auto it = cachedNodes_.find(nodeid);
   return it == cachedNodes_.end() ? 0 : it->second.opens;
+}
+
+void Session::ForgetToldSize(uint64_t nodeid) {
+  if (!options_.pageCache) return;
+  std::lock_guard<std::mutex> lock(pageCacheMutex_);
+  auto it = cachedNodes_.find(nodeid);
+  if (it != cachedNodes_.end()) it->second.toldUntilNs = 0;
 }
 
 void Session::NotifyAttrsStale(uint64_t nodeid) {

@@ -272,6 +272,8 @@ class Session {
   void ReplyError(uint64_t unique, int32_t error);
   void ReleaseCachedOpen(uint64_t fh);
   bool HeldOffLocked(uint64_t nodeid);  // under pageCacheMutex_: a writer is open or expected
+  // A WRITE of the node is answered: the kernel drops the size it held (ReadOpenFlags needs no notice).
+  void ForgetToldSize(uint64_t nodeid);
   // FUSE_NOTIFY_INVAL_INODE for the node's attributes only.
   void NotifyAttrsStale(uint64_t nodeid);
   void ForgetCachedNode(uint64_t nodeid);
