@@ -857,12 +857,6 @@ void Session::HoldOffPageCache(const std::string& path, uint64_t holdMs) {
   heldOff_[path] = now + static_cast<int64_t>(std::min<uint64_t>(holdMs, 60'000)) * 1'000'000;
 }
 
-uint64_t Session::CachedOpensOf(uint64_t nodeid) {
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  auto it = cachedNodes_.find(nodeid);
-  return it == cachedNodes_.end() ? 0 : it->second.opens;
-}
-
 void Session::ForgetToldSize(uint64_t nodeid) {
   if (!options_.pageCache) return;
   std::lock_guard<std::mutex> lock(pageCacheMutex_);

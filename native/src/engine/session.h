@@ -225,7 +225,6 @@ class Session {
   // The node at path (whatever its id will be) takes no page-cache open for holdMs: a writer was
   // turned away (ESTALE) to look the path up again and open the new node it finds.
   void HoldOffPageCache(const std::string& path, uint64_t holdMs);
-  uint64_t CachedOpensOf(uint64_t nodeid);
   // FUSE_DEV_IOC_BACKING_OPEN/CLOSE: register a file the kernel reads directly (passthrough).
   Status OpenBacking(int fd, int32_t* backingId, std::string* error);
   Status CloseBacking(int32_t backingId);
