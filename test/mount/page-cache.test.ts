@@ -98,6 +98,7 @@ for k in range(3):
 i = 0; end = time.time() + seconds
 while time.time() < end:
     i += 1; put(contents[i % 3])
+    time.sleep(0.002)  # a gap with no writer: readers' opens then use the page cache, the next writer gets ESTALE
 for p in pids: os.waitpid(p, 0)
 print('writer', i, flush=True)
 `;
