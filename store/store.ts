@@ -770,7 +770,7 @@ export class Store {
           }
           assert(e.sizeBytes === v.sizeBytes, 'held content is in DRAM with its size');
           this.dramHolds.set(sha, (this.dramHolds.get(sha) ?? 0) + 1);
-          return { extents: e.extents, arenaHandle: this.dram instanceof NativeArenaTier ? this.dram.handleOf(sha) : undefined };
+          return { extents: e.extents, arenaHandle: this.dramHandleOf(sha) };
         }
       });
       let released = false;
