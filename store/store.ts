@@ -342,6 +342,8 @@ export class Store {
   private dirtyDiskBytes = 0;
   /** Written to disk, not yet fdatasynced. */
   private readonly unsynced = new Set<string>();
+  /** Blocks being written through to disk (no DRAM copy), with their writers' count: each writes again what a failed fdatasync lost. */
+  private readonly writingThrough = new Map<string, number>();
   private readonly pinned = new Map<string, number>();
   /** Content held by open readers (sha -> count): reclamation waits until the last lease goes. */
   private readonly leases = new Map<string, number>();
@@ -460,6 +462,11 @@ export class Store {
     this.mover = new Mover(MOVER_QUEUE_MAX_JOBS, MOVER_QUEUE_MAX_BYTES, (e, job) =>
       this.warn(`promotion of ${job.key} failed: ${String(e)}`),
     );
+    // Here, not where the tier is opened: a tier handed in (config.tiers) must not lose its blocks unheard.
+    disk.subscribe?.({
+      moved: (keys) => this.republish(keys),
+      lost: (keys) => this.requeueLost(new DiskSyncError(keys, new Error('fdatasync failed during compaction'))),
+    });
   }
 
   static async open(config: StoreConfig): Promise<Store> {
@@ -496,8 +503,6 @@ export class Store {
           capacityBytes: config.diskCapacityBytes,
           directWrites: config.diskPageCache !== true,
           segmentTargetBytes: config.segmentTargetBytes,
-          onMoved: (keys) => store?.republish(keys),
-          onLost: (keys) => store?.requeueLost(new DiskSyncError(keys, new Error('fdatasync failed during compaction'))),
           io: faults,
         }));
       opened.push(disk);
@@ -1286,7 +1291,7 @@ export class Store {
     if (this.config.cluster) {
       // Other nodes read the block from this node's segments as soon as it is committed: write it
       // there first (fdatasync comes from the flusher, or from fsync), and keep a clean DRAM copy.
-      await this.disk.write(sha, data);
+      await this.disk.write(sha, data).catch((e: unknown) => Promise.reject(this.requeueLost(e)));
       this.unsynced.add(sha);
       this.kickFlusher();
       if ((await this.makeRoom(data.length)) && (await this.dramWriteRaced(sha, data))) {
@@ -1294,6 +1299,7 @@ export class Store {
         this.evictAhead();
       } else {
         this.counters.demotions++;
+        await this.durableFromBuffer(sha, data); // no DRAM copy: the caller's buffer is the only other one
       }
       return;
     }
@@ -1304,12 +1310,46 @@ export class Store {
       this.evictAhead();
       return;
     }
-    // DRAM is full of pinned or not-yet-durable blocks: write through to disk so nothing is lost.
-    await this.disk.write(sha, data);
-    this.unsynced.add(sha);
+    // DRAM is full of pinned or not-yet-durable blocks: write through to disk, durably, so nothing is lost.
     this.counters.demotions++;
-    this.kickFlusher();
+    await this.durableFromBuffer(sha, data);
   }
+
+  /**
+   * Make a block that has no DRAM copy durable before the put returns. A failed fdatasync drops the
+   * blocks it could not confirm, and with no DRAM copy to write again from, a put that returned would
+   * be lost for good (every later fsync of its name EIO). So the block is written and synced now, and
+   * written once more (to a new segment) from the caller's buffer after a failed fdatasync; a second
+   * failure fails the put, and the name keeps its previous content. The slow path only: DRAM full of
+   * pinned or not-yet-durable blocks.
+   */
+  private async durableFromBuffer(sha: string, data: Uint8Array): Promise<void> {
+    this.writingThrough.set(sha, (this.writingThrough.get(sha) ?? 0) + 1);
+    try {
+      for (let attempt = 0; ; attempt++) {
+        let failed: unknown;
+        try {
+          if (!this.disk.has(sha)) {
+            await this.disk.write(sha, data).catch((e: unknown) => Promise.reject(this.requeueLost(e)));
+            this.unsynced.add(sha);
+          }
+          // Still unsynced after another segment's failed fdatasync: the next sync confirms it at once.
+          if (this.unsynced.has(sha)) await this.syncDisk();
+        } catch (e) {
+          if (!(e instanceof DiskSyncError)) throw e;
+          failed = e;
+        }
+        // Checked after every sync, failed or not: a concurrent one (the flusher's) may have lost it.
+        if (this.disk.has(sha) && !this.unsynced.has(sha)) return;
+        if (attempt >= 1) throw failed ?? new CascadeError('EIO', `fdatasync failed; block ${sha} was not made durable`);
+      }
+    } finally {
+      const n = this.writingThrough.get(sha)! - 1;
+      if (n === 0) this.writingThrough.delete(sha);
+      else this.writingThrough.set(sha, n);
+    }
+  }
+
 
   /**
    * dram.write right after makeRoom said yes: false when a concurrent write took the room in between
@@ -1548,7 +1588,7 @@ export class Store {
       this.unsynced.delete(key);
       const size = this.dram.sizeOf(key);
       if (size !== undefined) this.markDirty(key, size);
-      else this.warn(`block ${key} was lost by a failed fdatasync and is not in memory`);
+      else if (!this.writingThrough.has(key)) this.warn(`block ${key} was lost by a failed fdatasync and is not in memory`);
     }
     return e;
   }

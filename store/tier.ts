@@ -24,6 +24,15 @@ export interface TierStats {
   prefaultedBytes?: number;
 }
 
+/**
+ * What a tier tells its owner on its own, outside any call: blocks a background job moved (a cluster
+ * node republishes where they lie) or lost (a background fdatasync failed: the owner writes them again).
+ */
+export interface TierEvents {
+  moved?(keys: string[]): void;
+  lost?(keys: string[]): void;
+}
+
 export interface Tier {
   readonly name: TierName;
   /** Bytes this tier may hold at most (Infinity where unbounded). */
@@ -77,6 +86,11 @@ export interface Tier {
   sync(): Promise<void>;
   stats(): TierStats;
   close(): Promise<void>;
+  /**
+   * Hear the tier's background events (tiers with background jobs only). The Store subscribes to the
+   * tier it is given, so an injected tier cannot miss its lost blocks.
+   */
+  subscribe?(events: TierEvents): void;
 }
 
 /** A memory tier whose blocks lie in one shared mapping that other processes can map (the native arena). */

@@ -35,7 +35,7 @@ import {
   SEGMENT_TARGET_BYTES_DEFAULT,
 } from '../constants';
 import { assert, CascadeError } from '../errors';
-import type { Tier, TierEntry, TierStats } from '../tier';
+import type { Tier, TierEntry, TierEvents, TierStats } from '../tier';
 import { allocAligned, pageBytes } from '../copy';
 import { sha256Hex } from '../hash';
 import { mkdirAll } from '../mkdir';
@@ -61,6 +61,8 @@ export const APPEND_BATCH_BYTES_MAX = 8 * 1024 * 1024;
 export const READ_AHEAD_BYTES = 8 * 1024 * 1024;
 /** close() waits this long for reads in flight before it closes the segment files anyway. */
 const CLOSE_READERS_WAIT_MS = 10_000;
+/** Subscribers to a disk tier's background events: its store, and a handful more (tests). */
+const LISTENERS_MAX = 8;
 
 /**
  * The segment file operations of the live read and write paths, which can fail in ways tests must reach
@@ -328,7 +330,11 @@ export class DiskSegmentTier implements Tier {
   private readonly io: DiskIo;
   private readonly onQuarantine?: (event: QuarantineEvent) => void;
 
+  /** Who hears background moves and losses: the options' handlers, then each subscriber (the Store). */
+  private readonly listeners: TierEvents[] = [];
+
   private constructor(private readonly options: DiskTierOptions) {
+    this.listeners.push({ moved: options.onMoved, lost: options.onLost });
     this.capacityBytes = options.capacityBytes ?? Infinity;
     this.segmentTargetBytes = options.segmentTargetBytes ?? SEGMENT_TARGET_BYTES_DEFAULT;
     this.compactDeadFraction = options.compactDeadFraction ?? COMPACT_DEAD_FRACTION_DEFAULT;
@@ -648,11 +654,16 @@ export class DiskSegmentTier implements Tier {
         seg.compacting = false;
         if (e instanceof DiskSyncError) {
           const lost = e.lostKeys.filter((k) => !this.index.has(k)); // moved copies went back to their originals
-          if (lost.length > 0) this.options.onLost?.(lost);
+          if (lost.length > 0) for (const l of this.listeners) l.lost?.(lost);
         }
       });
     }
     return Promise.resolve();
+  }
+
+  subscribe(events: TierEvents): void {
+    assert(this.listeners.length < LISTENERS_MAX, 'a disk tier has few subscribers (its store)');
+    this.listeners.push(events);
   }
 
   scan(): TierEntry[] {
@@ -1001,6 +1012,27 @@ export class DiskSegmentTier implements Tier {
     }
   }
 
+  /**
+   * A compaction that failed before its copies were confirmed: every moved block points back at its
+   * original, which is still good (a copy a failed fdatasync dropped, in `lost`, or a live unconfirmed
+   * one, which becomes dead bytes). A block deleted meanwhile stays deleted.
+   */
+  private unmove(seg: Segment, moved: Map<string, Location>, lost: Set<string>): void {
+    for (const [key, orig] of moved) {
+      const copy = this.index.get(key);
+      const bytes = recordBytes(orig.sizeBytes);
+      if (copy !== undefined && copy.segment !== seg) {
+        copy.segment.deadBytes += bytes;
+      } else if (copy === undefined && lost.has(key)) {
+        this.liveBytes += bytes;
+      } else {
+        continue;
+      }
+      this.index.set(key, orig);
+      seg.deadBytes -= bytes;
+    }
+  }
+
   /** Copy a segment's live records to the active segment, then remove the old file. Runs inside serial(). */
   private async compact(seg: Segment): Promise<void> {
     if (this.closed || !this.segments.has(seg.id)) return;
@@ -1010,37 +1042,33 @@ export class DiskSegmentTier implements Tier {
     this.closeDirect(seg);
     const live = [...this.index].filter(([, loc]) => loc.segment === seg);
     const moved = new Map<string, Location>();
-    for (const [key, loc] of live) {
-      const data = Buffer.allocUnsafe(loc.sizeBytes);
-      try {
-        await this.read(key, 0, data);
-      } catch {
-        continue; // corrupt: read() already quarantined and dropped it
-      }
-      if (this.index.get(key) !== loc) continue; // deleted meanwhile
-      const dest = await this.appendRecord(key, data);
-      moved.set(key, loc);
-      seg.deadBytes += recordBytes(loc.sizeBytes); // the record moved: live bytes are unchanged
-      if (dest.endBytes >= this.segmentTargetBytes) await this.seal(dest);
-    }
-    // The copies must be durable before the originals go.
-    for (const s of this.segments.values()) {
-      if (s === seg) continue;
-      const failed = await this.syncSegment(s);
-      if (failed) {
-        // The originals are still good: point the unconfirmed copies back at them.
-        for (const key of failed.lostKeys) {
-          const orig = moved.get(key);
-          if (!orig) continue;
-          this.index.set(key, orig);
-          const bytes = recordBytes(orig.sizeBytes);
-          this.liveBytes += bytes;
-          seg.deadBytes -= bytes;
+    try {
+      for (const [key, loc] of live) {
+        const data = Buffer.allocUnsafe(loc.sizeBytes);
+        try {
+          await this.read(key, 0, data);
+        } catch (e) {
+          // Deleted meanwhile, or damaged (read() quarantined and dropped it): nothing to move.
+          if (e instanceof CascadeError && (e.code === 'ENOENT' || e.code === 'ECORRUPT')) continue;
+          throw e; // a failed read: the record may be fine, so the segment stays
         }
-        throw failed;
+        if (this.index.get(key) !== loc) continue; // deleted meanwhile
+        const dest = await this.appendRecord(key, data);
+        moved.set(key, loc);
+        seg.deadBytes += recordBytes(loc.sizeBytes); // the record moved: live bytes are unchanged
+        if (dest.endBytes >= this.segmentTargetBytes) await this.seal(dest);
       }
+      // The copies must be durable before the originals go.
+      for (const s of this.segments.values()) {
+        if (s === seg) continue;
+        const failed = await this.syncSegment(s);
+        if (failed) throw failed;
+      }
+    } catch (e) {
+      this.unmove(seg, moved, e instanceof DiskSyncError ? new Set(e.lostKeys) : new Set());
+      throw e;
     }
-    if (moved.size > 0) this.options.onMoved?.([...moved.keys()]);
+    if (moved.size > 0) for (const l of this.listeners) l.moved?.([...moved.keys()]);
     while (seg.readers > 0) await new Promise((r) => setTimeout(r, 1));
     assert(![...this.index.values()].some((loc) => loc.segment === seg), 'compacted segment has no live record');
     this.segments.delete(seg.id);
