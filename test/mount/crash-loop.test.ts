@@ -76,10 +76,12 @@ describe(`kill -9 loop on a real mount (${CYCLES} cycles)`, function () {
       writer.stdout!.on('data', (d: Buffer) => (out += d.toString()));
       const exited = new Promise<void>((r) => writer.once('exit', () => r()));
       await new Promise((r) => setTimeout(r, 300 + Math.floor(Math.random() * 700)));
-      await daemon.stop('SIGKILL');
+      // The writer goes before the dead mount is detached (it would write into the directory beneath).
+      await daemon.stop('SIGKILL', async () => {
+        writer.kill('SIGKILL');
+        await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+      });
       daemon = undefined;
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-      writer.kill('SIGKILL');
       for (const line of out.split('\n')) {
         const [kind, name, hash] = line.split(' ');
         if (hash === undefined || hash.length !== 64) continue; // a line cut by the kill

@@ -66,7 +66,12 @@ export class Daemon {
   }
 
   /** SIGTERM (a clean unmount) or SIGKILL (a crash); always leaves the mountpoint unmounted. */
-  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+  /**
+   * Stop the daemon with `signal`; then, before a mount left behind is detached, `beforeDetach` (a
+   * test stops the processes using the mount there: after a lazy unmount their paths would reach the
+   * directory underneath, and the next mount would find it not empty).
+   */
+  async stop(signal: NodeJS.Signals = 'SIGTERM', beforeDetach?: () => Promise<void>): Promise<number | null> {
     const proc = this.proc;
     this.proc = undefined;
     let code: number | null = null;
@@ -82,6 +87,7 @@ export class Daemon {
         unclean = `daemon did not stop cleanly on SIGTERM (exit ${code}, ${isMounted(this.mnt) ? 'still mounted' : 'unmounted'}): ${this.stderr.slice(-600)}`;
       }
     }
+    await beforeDetach?.();
     if (isMounted(this.mnt)) spawnSync('fusermount', ['-uz', this.mnt]);
     if (unclean) throw new Error(unclean);
     return code;
