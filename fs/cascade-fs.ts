@@ -572,6 +572,11 @@ export class CascadeFs implements CascadeFsOps {
     return this.store.holdInDram(h.version, onLoading);
   }
 
+  contentKeyOf(handle: Handle): number | undefined {
+    const h = this.handle(handle);
+    return h.kind === 'read' ? this.store.dramHandleOf(h.version.sha256) : undefined;
+  }
+
   async read(handle: Handle, target: Buffer, offsetBytes: number): Promise<number> {
     const h = this.handle(handle);
     switch (h.kind) {

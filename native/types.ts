@@ -324,6 +324,8 @@ export interface FuseSessionStats {
   pageCacheDirect: number;
   /** Page-cache opens whose node the kernel might have held smaller (a writer's size): its attributes were made stale first. */
   pageCacheAttrNotices: number;
+  /** Read opens of a content other than the one open on their node (each got a new node: ESTALE, retried). */
+  readOpenConflicts: number;
   /** Directories opened, and READDIRs answered, from the table's listings. */
   servedOpendirs: number;
   servedReaddirs: number;
@@ -369,10 +371,12 @@ export interface NativeFuseSessionBinding {
   markReadOnly(fh: number): void;
   /**
    * The open_out flags of read-only handle fh of node nodeid reading committed content contentKey (the
-   * arena handle of its block; 0: none) of sizeBytes: FOPEN_KEEP_CACHE or 0 (through the page cache),
-   * else the session's openFlags (direct I/O). Counted on the node until the handle's RELEASE.
+   * arena handle of its block; 0: none) of sizeBytes: FOPEN_KEEP_CACHE or 0 (through the page cache,
+   * where cacheable), else the session's openFlags (direct I/O). Counted on the node until the handle's RELEASE. Null
+   * (nothing counted) when another content is open on the node: every open may fill the inode's one
+   * page cache (mmap), so the name needs a new node.
    */
-  readOpenFlags(nodeid: number, fh: number, contentKey: number, sizeBytes: number): number;
+  readOpenFlags(nodeid: number, fh: number, contentKey: number, sizeBytes: number, cacheable: boolean): number | null;
   /** The attribute lifetime (ms) for a reply giving nodeid sizeBytes: 0 while a page-cache open of it reads more. */
   attrValidMs(nodeid: number, sizeBytes: number): number;
   /**

@@ -116,6 +116,10 @@ const VALIDITY: P.Validity = { entryMs: 1000, attrMs: 1000 };
 /** Requests JS takes straight from the workers (takeNext) before it lets the event loop run once. */
 const HANDOVER_CHAIN_MAX = 32;
 const NO_CACHE: P.Validity = { entryMs: 0, attrMs: 0 };
+/** A read open sent back (ESTALE) for a content conflict: the same process's open of the path this soon is its retry. */
+const CONFLICT_RETRY_MS = 50;
+/** (process, path) pairs remembered for that at once (then the expired go; all, should none have). */
+const CONFLICT_RETRIES_MAX = 4096;
 /** How long a path whose writer was sent back (ESTALE) takes no page-cache open: the writer's retry comes at once. */
 const WRITER_RETRY_HOLD_MS = 1000;
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
@@ -230,6 +234,10 @@ export class NativeFuseEngine {
   private readonly holds = new Map<Handle, DramHold>();
   /** Every open file handle: its node, whether it may write, and its passthrough backing if it has one. */
   private readonly opens = new Map<Handle, { nodeid: number; writer: boolean; backing?: Backing; pageCacheWriter?: boolean }>();
+  /** Writers open per node (track/untrack). */
+  private readonly writerNodes = new Map<number, number>();
+  /** (process, path) of read opens sent back for a content conflict, and when (readOpenConflict). */
+  private readonly conflictRetries = new Map<string, number>();
   /** Per node: open handles with passthrough (all share one backing, a kernel rule) and without. */
   private readonly nodeOpens = new Map<number, { passthrough: number; other: number; backing?: Backing }>();
   private backings: BackingCache | undefined;
@@ -585,6 +593,38 @@ export class NativeFuseEngine {
     this.invalidate(p);
     this.nodes.removed(p);
     throw new CascadeError('ESTALE', `${p} is open for reading through the page cache: the writer gets a node of its own`);
+  }
+
+  /**
+   * A read open of content other than the one already open on its node (an in-place rewrite committed
+   * while readers of the old content stay open). Every open of an inode can fill its one page cache
+   * (read() through it; mmap, even of a direct-I/O open), so the opens of one inode must read one
+   * content: the name gets a new node and the open ESTALE, on which the kernel looks the path up again
+   * and opens the new inode (once, invisibly). Should that retry (the same process's open of the path
+   * within CONFLICT_RETRY_MS) conflict again, a commit having come between two opens of the fresh
+   * node, it reads with direct I/O, untracked, rather than fail: read() is exact, an mmap of it is not
+   * kept apart (docs/SEMANTICS.md, read.page-cache).
+   */
+  private async readOpenConflict(fh: Handle, p: string, pid: number): Promise<void> {
+    const now = Date.now();
+    const key = `${pid}\0${p}`;
+    const last = this.conflictRetries.get(key);
+    if (last !== undefined && now - last < CONFLICT_RETRY_MS) {
+      this.conflictRetries.delete(key);
+      return; // the retry conflicted again: it reads with direct I/O, untracked (the caller's openFlags)
+    }
+    if (this.conflictRetries.size >= CONFLICT_RETRIES_MAX) {
+      for (const [k, at] of this.conflictRetries) if (now - at >= CONFLICT_RETRY_MS) this.conflictRetries.delete(k);
+      if (this.conflictRetries.size >= CONFLICT_RETRIES_MAX) this.conflictRetries.clear();
+    }
+    this.conflictRetries.set(key, now);
+    this.holds.get(fh)?.release();
+    this.holds.delete(fh);
+    this.session?.clearReadSource(fh);
+    await this.fsOps.release(fh);
+    this.invalidate(p);
+    this.nodes.removed(p);
+    throw new CascadeError('ESTALE', `${p}: another content is open on its node; the open gets a node of its own`);
   }
 
   /**
@@ -996,6 +1036,8 @@ export class NativeFuseEngine {
     }
     let openFlags = this.openFlags();
     let backing: Backing | undefined;
+    let conflict = false;
+    let tracked = false;
     // A read-only handle's flush is a no-op: answered in C++ at close, without a trip through JS.
     if (reading) this.session?.markReadOnly(fh);
     if (reading && f.holdHandle !== undefined && this.arena) {
@@ -1037,7 +1079,10 @@ export class NativeFuseEngine {
           backing = await this.passthroughFor(hdr.nodeid, first);
           // Through the page cache where no other content of this inode is read that way now.
           if (backing === undefined && this.pageCache && first.arenaHandle !== undefined) {
-            openFlags = this.session!.readOpenFlags(hdr.nodeid, fh, first.arenaHandle, first.version.sizeBytes);
+            const flags = this.session!.readOpenFlags(hdr.nodeid, fh, first.arenaHandle, first.version.sizeBytes, true);
+            tracked = true;
+            if (flags === null) conflict = true;
+            else openFlags = flags;
           }
         }
       } catch (e) {
@@ -1048,6 +1093,14 @@ export class NativeFuseEngine {
         this.warnHold(e);
       }
     }
+    // A read through JS (small, or not held) keeps direct I/O, but counts on the node's content too: an
+    // mmap of it fills the same page cache.
+    if (reading && !tracked && backing === undefined && this.pageCache && this.session !== undefined) {
+      const key = f.contentKeyOf?.(fh);
+      if (key !== undefined) conflict = this.session.readOpenFlags(hdr.nodeid, fh, key, (await f.getattr(p, fh)).sizeBytes, false) === null;
+    }
+    // A node with a writer open keeps it: its write session stays on it (the reader reads direct, untracked).
+    if (conflict && !this.writerNodes.has(hdr.nodeid)) await this.readOpenConflict(fh, p, hdr.pid);
     this.track(fh, hdr.nodeid, writer, backing, pageCacheWriter);
     if (!reading && this.attachStage(fh)) this.stagedAttr(fh, hdr.nodeid, await f.getattr(p, fh));
     // The workers missed this open (not cached, or its block had left DRAM): publish what the next
@@ -1109,6 +1162,7 @@ export class NativeFuseEngine {
 
   private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing, pageCacheWriter = false): void {
     this.opens.set(fh, { nodeid, writer, backing, pageCacheWriter });
+    if (writer) this.writerNodes.set(nodeid, (this.writerNodes.get(nodeid) ?? 0) + 1);
     this.nodes.native.jsOpens(nodeid, 1);
     const n = this.nodeOpens.get(nodeid) ?? { passthrough: 0, other: 0 };
     if (backing !== undefined) {
@@ -1154,6 +1208,11 @@ export class NativeFuseEngine {
     const o = this.opens.get(fh);
     if (o === undefined) return;
     this.opens.delete(fh);
+    if (o.writer) {
+      const n = this.writerNodes.get(o.nodeid)! - 1;
+      if (n > 0) this.writerNodes.set(o.nodeid, n);
+      else this.writerNodes.delete(o.nodeid);
+    }
     this.nodes.native.jsOpens(o.nodeid, -1);
     if (o.pageCacheWriter === true) this.session?.writerReleased(o.nodeid);
     o.backing?.release();

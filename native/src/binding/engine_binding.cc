@@ -440,7 +440,8 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     return env.Undefined();
   }
 
-  // readOpenFlags(nodeid, fh, contentKey, sizeBytes) -> open_out flags (Session::ReadOpenFlags).
+  // readOpenFlags(nodeid, fh, contentKey, sizeBytes, cacheable) -> open_out flags (Session::ReadOpenFlags), or
+  // null when another content is open on the node (nothing counted).
   Napi::Value ReadOpenFlags(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     uint64_t nodeid, fh, key, size;
@@ -448,9 +449,15 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
         !ArgU64(info, 3, "sizeBytes", &size)) {
       return env.Undefined();
     }
+    if (!info[4].IsBoolean()) {
+      Napi::TypeError::New(env, "cacheable must be a boolean").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
     Session* s = Live(env);
     if (s == nullptr) return env.Undefined();
-    return Napi::Number::New(env, s->ReadOpenFlags(nodeid, fh, key, size));
+    const uint32_t flags = s->ReadOpenFlags(nodeid, fh, key, size, info[4].As<Napi::Boolean>().Value());
+    if (flags == cascade::engine::kReadOpenConflict) return env.Null();
+    return Napi::Number::New(env, flags);
   }
 
   // attrValidMs(nodeid, sizeBytes) -> the attributes' lifetime for a reply (Session::AttrValidMsFor).
@@ -586,6 +593,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("pageCacheOpens", static_cast<double>(s.pageCacheOpens));
     o.Set("pageCacheDirect", static_cast<double>(s.pageCacheDirect));
     o.Set("pageCacheAttrNotices", static_cast<double>(s.pageCacheAttrNotices));
+    o.Set("readOpenConflicts", static_cast<double>(s.readOpenConflicts));
     o.Set("servedOpendirs", static_cast<double>(s.servedOpendirs));
     o.Set("servedReaddirs", static_cast<double>(s.servedReaddirs));
     o.Set("spinHits", static_cast<double>(s.spinHits));

@@ -780,7 +780,7 @@ void Session::ServeForget(const uint8_t* message, size_t lengthBytes) {
   }
 }
 
-uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKey, uint64_t sizeBytes) {
+uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKey, uint64_t sizeBytes, bool cacheable) {
   if (!options_.pageCache || contentKey == 0) return options_.openFlags;
   std::lock_guard<std::mutex> lock(pageCacheMutex_);
   auto it = cachedNodes_.find(nodeid);
@@ -789,19 +789,28 @@ uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKe
     it = cachedNodes_.emplace(nodeid, CachedNode{}).first;
   }
   CachedNode& node = it->second;
-  const bool same = node.contentKey == contentKey && node.sizeBytes == sizeBytes;
-  if (HeldOffLocked(nodeid)) {
-    pageCacheDirect_.fetch_add(1, std::memory_order_relaxed);
+  // Every open of an inode may fill its one page cache (read() through it, or mmap: the kernel maps a
+  // direct-I/O file through the page cache too), so the opens of a node read one content at a time.
+  if (node.readers > 0 && node.contentKey != contentKey) {
+    readOpenConflicts_.fetch_add(1, std::memory_order_relaxed);
+    return kReadOpenConflict;
+  }
+  const bool cached = cacheable && !HeldOffLocked(nodeid);
+  if (cachedHandles_.size() >= kNativeOpensMax || !cachedHandles_.emplace(fh, CachedHandle{nodeid, cached}).second) {
     return options_.openFlags;
   }
-  if (node.opens > 0 && !same) {
-    // Another content is read through this inode's page cache now: this open must not share it.
-    pageCacheDirect_.fetch_add(1, std::memory_order_relaxed);
-    return options_.openFlags;
-  }
-  if (cachedHandles_.size() >= kNativeOpensMax || !cachedHandles_.emplace(fh, nodeid).second) return options_.openFlags;
   node.contentKey = contentKey;
   node.sizeBytes = sizeBytes;
+  node.readers++;
+  if (!cached) {
+    // Direct I/O; an mmap of it drops the cached pages and maps this content's. Pages of another
+    // content may stay cached meanwhile (no mmap), so the next cached open drops them.
+    if (node.pagesKey != contentKey) node.pagesKey = 0;
+    pageCacheDirect_.fetch_add(1, std::memory_order_relaxed);
+    return options_.openFlags;
+  }
+  const bool keep = node.pagesKey == contentKey;
+  node.pagesKey = contentKey;
   node.opens++;
   pageCacheOpens_.fetch_add(1, std::memory_order_relaxed);
   // The kernel may hold a smaller size for the inode, still valid (a writer's, told before this open
@@ -815,7 +824,7 @@ uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKe
   }
   // The pages cached are of this content (kept), or maybe of another (the open drops them). A read-only
   // open's FLUSH stays off where the embedder turned it off.
-  return (same ? FOPEN_KEEP_CACHE : 0) | (options_.openFlags & FOPEN_NOFLUSH);
+  return (keep ? FOPEN_KEEP_CACHE : 0) | (options_.openFlags & FOPEN_NOFLUSH);
 }
 
 bool Session::HeldOffLocked(uint64_t nodeid) {
@@ -907,25 +916,27 @@ uint64_t Session::AttrValidMsFor(uint64_t nodeid, uint64_t sizeBytes) {
 }
 
 void Session::ReleaseCachedOpen(uint64_t fh) {
-  if (!options_.pageCache) return;
   std::lock_guard<std::mutex> lock(pageCacheMutex_);
   auto h = cachedHandles_.find(fh);
   if (h == cachedHandles_.end()) return;
-  auto it = cachedNodes_.find(h->second);
-  Check(it != cachedNodes_.end() && it->second.opens > 0, "a page-cache open counts on its node");
-  it->second.opens--;  // the content stays: its pages may still be cached (the next open keeps them)
+  auto it = cachedNodes_.find(h->second.nodeid);
+  Check(it != cachedNodes_.end() && it->second.readers > 0, "a tracked read open counts on its node");
+  it->second.readers--;
+  if (h->second.cached) {
+    Check(it->second.opens > 0, "a page-cache open counts on its node");
+    it->second.opens--;  // the content stays: its pages may still be cached (the next open keeps them)
+  }
   cachedHandles_.erase(h);
 }
 
 void Session::ForgetCachedNode(uint64_t nodeid) {
-  if (!options_.pageCache) return;
   std::string path;
   bool detached;
   if (options_.meta->PathOf(nodeid, &path, &detached) != Status::kStale) return;  // the kernel still has it
   std::lock_guard<std::mutex> lock(pageCacheMutex_);
   auto it = cachedNodes_.find(nodeid);
   // Gone from the kernel: its inode and page cache went with it.
-  if (it != cachedNodes_.end() && it->second.opens == 0) cachedNodes_.erase(it);
+  if (it != cachedNodes_.end() && it->second.readers == 0) cachedNodes_.erase(it);
 }
 
 bool Session::ServeOpen(const uint8_t* message, size_t lengthBytes) {
@@ -975,6 +986,10 @@ bool Session::ServeOpen(const uint8_t* message, size_t lengthBytes) {
   OpenOut out{};
   out.fh = fh;
   out.open_flags = ReadOpenFlags(hdr->nodeid, fh, a.blockHandle, a.sizeBytes);
+  if (out.open_flags == kReadOpenConflict) {
+    ServeNativeRelease(0, fh);  // another content is open on the node: JS gives the name a new one
+    return false;
+  }
   struct iovec iov = {&out, sizeof out};
   if (Reply(hdr->unique, 0, &iov, 1) == Status::kStale) {
     ReleaseCachedOpen(fh);
@@ -1226,6 +1241,7 @@ SessionStats Session::stats() const {
   s.pageCacheOpens = pageCacheOpens_.load();
   s.pageCacheDirect = pageCacheDirect_.load();
   s.pageCacheAttrNotices = pageCacheAttrNotices_.load();
+  s.readOpenConflicts = readOpenConflicts_.load();
   s.servedOpendirs = servedOpendirs_.load();
   s.servedReaddirs = servedReaddirs_.load();
   s.spinHits = spinHits_.load();

@@ -49,6 +49,8 @@ constexpr size_t kNativeDirsMax = 4096;           // directories opened natively
 constexpr size_t kTouchedMax = 1 << 16;           // arena blocks opened natively, not yet told to JS
 constexpr size_t kCachedNodesMax = 1 << 20;       // nodes whose page-cache content is tracked (then direct I/O)
 constexpr size_t kHeldOffPathsMax = 4096;         // paths held off the page cache at once (HoldOffPageCache)
+// ReadOpenFlags: another content is open on the node (no open_out flags are all ones).
+constexpr uint32_t kReadOpenConflict = 0xFFFFFFFFu;
 // Stopping interrupts the workers' blocking reads with SIGRTMIN + this (a no-op handler, no SA_RESTART;
 // glibc keeps the first real-time signals below SIGRTMIN, and Node and libuv use none of these).
 constexpr int kWakeSignalOffset = 7;
@@ -143,6 +145,7 @@ struct SessionStats {
   uint64_t pageCacheOpens = 0;
   uint64_t pageCacheDirect = 0;
   uint64_t pageCacheAttrNotices = 0;  // page-cache opens that made the kernel's smaller size stale
+  uint64_t readOpenConflicts = 0;     // read opens of a content other than the one open on the node
   // Directories opened, and READDIRs answered, from listings in the metadata table.
   uint64_t servedOpendirs = 0;
   uint64_t servedReaddirs = 0;
@@ -204,13 +207,14 @@ class Session {
   void ClearStagedAttr(uint64_t fh);
   // The open_out flags of a read-only open, by handle fh, of node nodeid's committed content: the arena
   // block contentKey (its handle names one content while live: generations), sizeBytes long.
-  // The kernel keeps one page cache per inode, shared by every open of it that does not use direct
-  // I/O, and fills it from whichever open reads first. So all such opens of a node at any moment read
-  // one content: the first sets it (keeping the pages already cached if they are of that content,
-  // else dropping them: an open without FOPEN_KEEP_CACHE), later opens of the same content share it,
-  // and an open of another content while those are open reads with direct I/O. Without pageCache:
-  // options.openFlags. Released with the handle's RELEASE (Handle).
-  uint32_t ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKey, uint64_t sizeBytes);
+  // The kernel keeps one page cache per inode, filled by every open that reads through it and by
+  // every mmap (a direct-I/O file is mapped through it too). So the tracked read opens of a node read
+  // one content at a time: the first sets it, later opens of the same content share it, and an open
+  // of another content meanwhile gets kReadOpenConflict (not counted): the caller gives the name a
+  // new node. A page-cache open (cacheable, no writer open) keeps the pages cached if they are of its content,
+  // else drops them (no FOPEN_KEEP_CACHE); the others get options.openFlags (direct I/O). Without
+  // pageCache: options.openFlags, nothing tracked. Released with the handle's RELEASE (ReleaseCachedOpen).
+  uint32_t ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKey, uint64_t sizeBytes, bool cacheable = true);
   // The attributes' lifetime for a reply about nodeid that gives it sizeBytes: none (0) when a page-
   // cache open of the node reads more than that. The kernel cuts cached reads at the inode's size
   // while the attributes are valid; an expired size is asked again with the reader's handle
@@ -332,16 +336,22 @@ class Session {
 
   // Page-cache opens (ReadOpenFlags): per node, the content its cached opens read and how many are open.
   struct CachedNode {
-    uint64_t contentKey = 0;
+    uint64_t contentKey = 0;  // what the node's tracked read opens read (all one content)
     uint64_t sizeBytes = 0;
-    uint64_t opens = 0;
+    uint64_t readers = 0;     // tracked read opens, cached or direct
+    uint64_t opens = 0;       // of those, page-cache opens
+    uint64_t pagesKey = 0;    // the content whose pages the kernel may cache for the node (0: unknown)
     // The smallest size an attribute reply gave the kernel for the node, valid until toldUntilNs.
     uint64_t toldMinSizeBytes = 0;
     int64_t toldUntilNs = 0;
   };
   mutable std::mutex pageCacheMutex_;
   std::unordered_map<uint64_t, CachedNode> cachedNodes_;
-  std::unordered_map<uint64_t, uint64_t> cachedHandles_;  // fh -> nodeid
+  struct CachedHandle {
+    uint64_t nodeid = 0;
+    bool cached = false;  // a page-cache open (else direct I/O)
+  };
+  std::unordered_map<uint64_t, CachedHandle> cachedHandles_;
   std::unordered_map<uint64_t, uint64_t> writers_;        // nodeid -> writers open
   std::unordered_map<std::string, int64_t> heldOff_;      // path -> until (SteadyNs)
 
@@ -351,7 +361,7 @@ class Session {
   std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0},
       servedLookups_{0}, servedAbsentLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0},
       servedOpendirs_{0}, servedReaddirs_{0}, spinHits_{0}, spinTimeouts_{0}, gatedReads_{0}, gatedToJs_{0},
-      pageCacheOpens_{0}, pageCacheDirect_{0}, pageCacheAttrNotices_{0};
+      pageCacheOpens_{0}, pageCacheDirect_{0}, pageCacheAttrNotices_{0}, readOpenConflicts_{0};
 };
 
 }  // namespace cascade::engine
