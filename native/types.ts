@@ -194,6 +194,8 @@ export interface FuseSessionOptions {
    * (readOpenFlags): one content per inode at a time; everything else keeps openFlags.
    */
   pageCache?: boolean;
+  /** Track the content of every read open (readOpenFlags) without the page cache (implied by pageCache). */
+  trackReads?: boolean;
   /** The kernel's cache lifetimes the workers tell (as JS does). */
   entryValidMs?: number;
   attrValidMs?: number;

@@ -262,6 +262,11 @@ export class NativeFuseEngine {
   /** Whether read-only opens of held content may read through the page cache (NativeEngineOptions.pageCache). */
   private readonly pageCache: boolean;
   /**
+   * Whether the content of every read open is tracked, so that the opens of one inode read one
+   * content (readOpenConflict): also with --no-page-cache, where an mmap still fills the page cache.
+   */
+  private readonly trackReads: boolean;
+  /**
    * Whether the filesystem tells every directory change (watchDirs): then a directory's cached
    * attributes are dropped exactly when it changes, and directories can be listed in C++ (a LOOKUP of
    * a name that is not there is answered without JS: every new file's first request).
@@ -281,6 +286,7 @@ export class NativeFuseEngine {
   ) {
     this.caching = fsOps.stableAttr !== undefined;
     this.pageCache = options.pageCache !== false && options.kernelCache !== true && options.passthrough !== true;
+    this.trackReads = options.kernelCache !== true && options.passthrough !== true;
   }
 
   /**
@@ -338,6 +344,7 @@ export class NativeFuseEngine {
           meta: engine.nodes.native,
           nativeOpens: engine.caching && options.arena !== undefined && options.maxBlockBytes !== undefined && options.passthrough !== true,
           pageCache: engine.pageCache,
+          trackReads: engine.trackReads,
           // Those opens are read-only: no FLUSH at close (one trip less per block read).
           openFlags: engine.openFlags() | P.FOPEN.NOFLUSH,
           entryValidMs: VALIDITY.entryMs,
@@ -1078,7 +1085,7 @@ export class NativeFuseEngine {
           this.session?.setReadSource(fh, first.version.sizeBytes, first.extents.flat());
           backing = await this.passthroughFor(hdr.nodeid, first);
           // Through the page cache where no other content of this inode is read that way now.
-          if (backing === undefined && this.pageCache && first.arenaHandle !== undefined) {
+          if (backing === undefined && this.trackReads && first.arenaHandle !== undefined) {
             const flags = this.session!.readOpenFlags(hdr.nodeid, fh, first.arenaHandle, first.version.sizeBytes, true);
             tracked = true;
             if (flags === null) conflict = true;
@@ -1095,7 +1102,7 @@ export class NativeFuseEngine {
     }
     // A read through JS (small, or not held) keeps direct I/O, but counts on the node's content too: an
     // mmap of it fills the same page cache.
-    if (reading && !tracked && backing === undefined && this.pageCache && this.session !== undefined) {
+    if (reading && !tracked && backing === undefined && this.trackReads && this.session !== undefined) {
       const key = f.contentKeyOf?.(fh);
       if (key !== undefined) conflict = this.session.readOpenFlags(hdr.nodeid, fh, key, (await f.getattr(p, fh)).sizeBytes, false) === null;
     }

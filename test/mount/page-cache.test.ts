@@ -59,24 +59,23 @@ put(A)
 check('mmap after an in-place rewrite', bytes(m[:]), B); check('read of the mapped handle', readall(r1), B)
 m.close(); os.close(r1)
 fresh('after the map closed', A)
-if sys.argv[2] == 'tracked':
-    # Two versions mapped at once: each open of an inode may fill its one page cache (mmap, even of a
-    # direct-I/O open), so a reader of another version than the one open there gets an inode of its own.
-    for size in (N, 64 << 10):  # held in the arena, and read through JS
-        A, B = os.urandom(size), os.urandom(size)
-        put(A)
-        w = os.open(f, os.O_WRONLY | os.O_TRUNC); os.write(w, B)
-        r1 = os.open(f, os.O_RDONLY)  # during the write session: A
-        os.close(w)
-        r2 = os.open(f, os.O_RDONLY); check('%d: a reader after the commit' % size, readall(r2), B)
-        m1 = mmap.mmap(r1, 0, prot=mmap.PROT_READ); check('%d: the old reader maps its version' % size, bytes(m1[:]), A)
-        check('%d: the new reader beside that map' % size, readall(r2), B)
-        m2 = mmap.mmap(r2, 0, prot=mmap.PROT_READ); check('%d: the new reader maps its version' % size, bytes(m2[:]), B)
-        check('%d: the old map after the new one' % size, bytes(m1[:]), A)
-        check('%d: the old reader after both maps' % size, readall(r1), A)
-        m1.close(); m2.close(); os.close(r1); os.close(r2)
-        fresh('%d: after both closed' % size, B)
-        time.sleep(0.1)  # past the conflict's retry window (the next open is not its retry)
+# Two versions mapped at once: each open of an inode may fill its one page cache (mmap, even of a
+# direct-I/O open), so a reader of another version than the one open there gets an inode of its own.
+for size in (N, 64 << 10):  # held in the arena, and read through JS
+    A, B = os.urandom(size), os.urandom(size)
+    put(A)
+    w = os.open(f, os.O_WRONLY | os.O_TRUNC); os.write(w, B)
+    r1 = os.open(f, os.O_RDONLY)  # during the write session: A
+    os.close(w)
+    r2 = os.open(f, os.O_RDONLY); check('%d: a reader after the commit' % size, readall(r2), B)
+    m1 = mmap.mmap(r1, 0, prot=mmap.PROT_READ); check('%d: the old reader maps its version' % size, bytes(m1[:]), A)
+    check('%d: the new reader beside that map' % size, readall(r2), B)
+    m2 = mmap.mmap(r2, 0, prot=mmap.PROT_READ); check('%d: the new reader maps its version' % size, bytes(m2[:]), B)
+    check('%d: the old map after the new one' % size, bytes(m1[:]), A)
+    check('%d: the old reader after both maps' % size, readall(r1), A)
+    m1.close(); m2.close(); os.close(r1); os.close(r2)
+    fresh('%d: after both closed' % size, B)
+    time.sleep(0.1)  # past the conflict's retry window (the next open is not its retry)
 `;
 
 /**
@@ -163,9 +162,9 @@ describe('native engine: reads through the page cache (real mounts)', function (
   for (const pageCache of [true, false]) {
     it(`${pageCache ? 'default' : '--no-page-cache'}: every reader reads the version it opened (in-place rewrites, path truncate, a writer's stat, mmap)`, async () => {
       const mnt = await start(pageCache ? 'scenarios' : 'scenarios-off', pageCache ? [] : ['--no-page-cache']);
-      // Only the default mode tracks which content each open reads (docs/SEMANTICS.md, read.page-cache).
-      const lines = python(SCENARIOS_PY, [path.join(mnt, 'kv', 'm'), pageCache ? 'tracked' : 'untracked']).trim().split('\n');
-      assert.ok(lines.length >= (pageCache ? 30 : 16), lines.join('\n'));
+      // Both modes track which content each open reads (an mmap fills the page cache under direct I/O too).
+      const lines = python(SCENARIOS_PY, [path.join(mnt, 'kv', 'm')]).trim().split('\n');
+      assert.ok(lines.length >= 30, lines.join('\n'));
       assert.deepEqual(
         lines.filter((l) => !l.startsWith('ok ')),
         [],
@@ -173,8 +172,8 @@ describe('native engine: reads through the page cache (real mounts)', function (
       );
       const s = engineStats(mnt);
       if (pageCache) assert.ok(s.pageCacheOpens >= 3, `read-only opens went through the page cache: ${s.pageCacheOpens}`);
-      if (pageCache) assert.ok(s.readOpenConflicts >= 2, `readers of another version got inodes of their own: ${s.readOpenConflicts}`);
       else assert.equal(s.pageCacheOpens, 0);
+      assert.ok(s.readOpenConflicts >= 2, `readers of another version got inodes of their own: ${s.readOpenConflicts}`);
     });
   }
 

@@ -257,6 +257,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
       }
       uint32_t openFlags = opts.openFlags, entryValidMs = 1000, attrValidMs = 1000;
       if (!OptBool(env, o, "nativeOpens", &opts.nativeOpens) || !OptBool(env, o, "pageCache", &opts.pageCache) ||
+          !OptBool(env, o, "trackReads", &opts.trackReads) ||
           !OptU32(env, o, "openFlags", &openFlags, false) ||
           !OptU32(env, o, "entryValidMs", &entryValidMs, false) || !OptU32(env, o, "attrValidMs", &attrValidMs, false)) {
         return;

@@ -781,7 +781,7 @@ void Session::ServeForget(const uint8_t* message, size_t lengthBytes) {
 }
 
 uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKey, uint64_t sizeBytes, bool cacheable) {
-  if (!options_.pageCache || contentKey == 0) return options_.openFlags;
+  if (!(options_.pageCache || options_.trackReads) || contentKey == 0) return options_.openFlags;
   std::lock_guard<std::mutex> lock(pageCacheMutex_);
   auto it = cachedNodes_.find(nodeid);
   if (it == cachedNodes_.end()) {
@@ -795,7 +795,7 @@ uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKe
     readOpenConflicts_.fetch_add(1, std::memory_order_relaxed);
     return kReadOpenConflict;
   }
-  const bool cached = cacheable && !HeldOffLocked(nodeid);
+  const bool cached = options_.pageCache && cacheable && !HeldOffLocked(nodeid);
   if (cachedHandles_.size() >= kNativeOpensMax || !cachedHandles_.emplace(fh, CachedHandle{nodeid, cached}).second) {
     return options_.openFlags;
   }
@@ -806,7 +806,7 @@ uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKe
     // Direct I/O; an mmap of it drops the cached pages and maps this content's. Pages of another
     // content may stay cached meanwhile (no mmap), so the next cached open drops them.
     if (node.pagesKey != contentKey) node.pagesKey = 0;
-    pageCacheDirect_.fetch_add(1, std::memory_order_relaxed);
+    if (options_.pageCache) pageCacheDirect_.fetch_add(1, std::memory_order_relaxed);
     return options_.openFlags;
   }
   const bool keep = node.pagesKey == contentKey;

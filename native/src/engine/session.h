@@ -101,6 +101,9 @@ struct SessionOptions {
   // Read-only opens of committed content read through the kernel's page cache where that is safe
   // (ReadOpenFlags); writers and everything else keep direct I/O (openFlags).
   bool pageCache = false;
+  // The content each read open of a node reads is tracked (ReadOpenFlags), so that opens of one inode
+  // read one content (mmap fills the page cache even under direct I/O). Implied by pageCache.
+  bool trackReads = false;
   uint64_t entryValidMs = 1000;          // the kernel's cache lifetimes, as JS tells them
   uint64_t attrValidMs = 1000;
   // FUSE over io_uring (uring.h) when the kernel offers it (fuse.enable_uring); else /dev/fuse alone.
