@@ -572,9 +572,11 @@ export class CascadeFs implements CascadeFsOps {
     return this.store.holdInDram(h.version, onLoading);
   }
 
-  contentKeyOf(handle: Handle): number | undefined {
+  contentKeyOf(handle: Handle): { key: number; sizeBytes: number } | undefined {
     const h = this.handle(handle);
-    return h.kind === 'read' ? this.store.dramHandleOf(h.version.sha256) : undefined;
+    if (h.kind !== 'read') return undefined;
+    const key = this.store.dramHandleOf(h.version.sha256);
+    return key === undefined ? undefined : { key, sizeBytes: h.version.sizeBytes };
   }
 
   async read(handle: Handle, target: Buffer, offsetBytes: number): Promise<number> {

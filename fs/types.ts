@@ -119,9 +119,10 @@ export interface CascadeFsOps {
   holdHandle?(handle: Handle, minSizeBytes?: number, onLoading?: (arenaHandle: number) => void): Promise<DramHold | undefined>;
   /**
    * The native engine: the DRAM arena handle naming a read handle's content while it is resident
-   * (what the workers' own opens of it are keyed by), without holding it; else undefined. Optional.
+   * (what the workers' own opens of it are keyed by), without holding it, and the content's size;
+   * else undefined. Optional.
    */
-  contentKeyOf?(handle: Handle): number | undefined;
+  contentKeyOf?(handle: Handle): { key: number; sizeBytes: number } | undefined;
   /**
    * An engine with native write staging offers it (undefined takes it back); true when the filesystem
    * uses it (its store can take sealed arena blocks). Optional.

@@ -321,7 +321,7 @@ export interface FuseSessionStats {
   servedForgets: number;
   servedOpens: number;
   servedReleases: number;
-  /** Read-only opens given the page cache, and those given direct I/O because another content of the inode was open cached. */
+  /** Read-only opens given the page cache, and tracked ones given direct I/O (a writer open, or read through JS). */
   pageCacheOpens: number;
   pageCacheDirect: number;
   /** Page-cache opens whose node the kernel might have held smaller (a writer's size): its attributes were made stale first. */

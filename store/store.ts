@@ -1350,7 +1350,6 @@ export class Store {
     }
   }
 
-
   /**
    * dram.write right after makeRoom said yes: false when a concurrent write took the room in between
    * (ENOSPC), so the caller writes through to disk instead of failing the put (seen under 8 writers).

@@ -234,12 +234,10 @@ export class NativeFuseEngine {
   private readonly holds = new Map<Handle, DramHold>();
   /** Every open file handle: its node, whether it may write, and its passthrough backing if it has one. */
   private readonly opens = new Map<Handle, { nodeid: number; writer: boolean; backing?: Backing; pageCacheWriter?: boolean }>();
-  /** Writers open per node (track/untrack). */
-  private readonly writerNodes = new Map<number, number>();
   /** (process, path) of read opens sent back for a content conflict, and when (readOpenConflict). */
   private readonly conflictRetries = new Map<string, number>();
-  /** Per node: open handles with passthrough (all share one backing, a kernel rule) and without. */
-  private readonly nodeOpens = new Map<number, { passthrough: number; other: number; backing?: Backing }>();
+  /** Per node: open handles with passthrough (all share one backing, a kernel rule) and without; of those, writers. */
+  private readonly nodeOpens = new Map<number, { passthrough: number; other: number; writers: number; backing?: Backing }>();
   private backings: BackingCache | undefined;
   private readonly dirs = new Map<number, DirEntry[]>();
   private nextDir = 1;
@@ -1103,11 +1101,11 @@ export class NativeFuseEngine {
     // A read through JS (small, or not held) keeps direct I/O, but counts on the node's content too: an
     // mmap of it fills the same page cache.
     if (reading && !tracked && backing === undefined && this.trackReads && this.session !== undefined) {
-      const key = f.contentKeyOf?.(fh);
-      if (key !== undefined) conflict = this.session.readOpenFlags(hdr.nodeid, fh, key, (await f.getattr(p, fh)).sizeBytes, false) === null;
+      const content = f.contentKeyOf?.(fh);
+      if (content !== undefined) conflict = this.session.readOpenFlags(hdr.nodeid, fh, content.key, content.sizeBytes, false) === null;
     }
     // A node with a writer open keeps it: its write session stays on it (the reader reads direct, untracked).
-    if (conflict && !this.writerNodes.has(hdr.nodeid)) await this.readOpenConflict(fh, p, hdr.pid);
+    if (conflict && (this.nodeOpens.get(hdr.nodeid)?.writers ?? 0) === 0) await this.readOpenConflict(fh, p, hdr.pid);
     this.track(fh, hdr.nodeid, writer, backing, pageCacheWriter);
     if (!reading && this.attachStage(fh)) this.stagedAttr(fh, hdr.nodeid, await f.getattr(p, fh));
     // The workers missed this open (not cached, or its block had left DRAM): publish what the next
@@ -1169,9 +1167,9 @@ export class NativeFuseEngine {
 
   private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing, pageCacheWriter = false): void {
     this.opens.set(fh, { nodeid, writer, backing, pageCacheWriter });
-    if (writer) this.writerNodes.set(nodeid, (this.writerNodes.get(nodeid) ?? 0) + 1);
     this.nodes.native.jsOpens(nodeid, 1);
-    const n = this.nodeOpens.get(nodeid) ?? { passthrough: 0, other: 0 };
+    const n = this.nodeOpens.get(nodeid) ?? { passthrough: 0, other: 0, writers: 0 };
+    if (writer) n.writers++;
     if (backing !== undefined) {
       n.passthrough++;
       n.backing ??= backing;
@@ -1215,11 +1213,6 @@ export class NativeFuseEngine {
     const o = this.opens.get(fh);
     if (o === undefined) return;
     this.opens.delete(fh);
-    if (o.writer) {
-      const n = this.writerNodes.get(o.nodeid)! - 1;
-      if (n > 0) this.writerNodes.set(o.nodeid, n);
-      else this.writerNodes.delete(o.nodeid);
-    }
     this.nodes.native.jsOpens(o.nodeid, -1);
     if (o.pageCacheWriter === true) this.session?.writerReleased(o.nodeid);
     o.backing?.release();
@@ -1227,6 +1220,7 @@ export class NativeFuseEngine {
     if (n === undefined) return;
     if (o.backing !== undefined) n.passthrough--;
     else n.other--;
+    if (o.writer) n.writers--;
     if (n.passthrough === 0) n.backing = undefined;
     if (n.passthrough === 0 && n.other === 0) this.nodeOpens.delete(o.nodeid);
   }

@@ -216,7 +216,7 @@ class Session {
   // of another content meanwhile gets kReadOpenConflict (not counted): the caller gives the name a
   // new node. A page-cache open (cacheable, no writer open) keeps the pages cached if they are of its content,
   // else drops them (no FOPEN_KEEP_CACHE); the others get options.openFlags (direct I/O). Without
-  // pageCache: options.openFlags, nothing tracked. Released with the handle's RELEASE (ReleaseCachedOpen).
+  // pageCache or trackReads: options.openFlags, nothing tracked. Released with the handle's RELEASE (ReleaseCachedOpen).
   uint32_t ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKey, uint64_t sizeBytes, bool cacheable = true);
   // The attributes' lifetime for a reply about nodeid that gives it sizeBytes: none (0) when a page-
   // cache open of the node reads more than that. The kernel cuts cached reads at the inode's size
@@ -337,7 +337,7 @@ class Session {
   std::unordered_map<uint64_t, StagedAttr> stagedAttrs_;
   std::unordered_map<uint64_t, uint64_t> stagedByNode_;  // node -> the handle whose attributes stand for it
 
-  // Page-cache opens (ReadOpenFlags): per node, the content its cached opens read and how many are open.
+  // Tracked read opens (ReadOpenFlags): per node, the content they read, how many are open, and which cached.
   struct CachedNode {
     uint64_t contentKey = 0;  // what the node's tracked read opens read (all one content)
     uint64_t sizeBytes = 0;
