@@ -120,6 +120,9 @@ const NO_CACHE: P.Validity = { entryMs: 0, attrMs: 0 };
 const CONFLICT_RETRY_MS = 50;
 /** (process, path) pairs remembered for that at once (then the expired go; all, should none have). */
 const CONFLICT_RETRIES_MAX = 4096;
+/** A conflicting read open waits this long for a node's writers to go (a closed writer's RELEASE), polling. */
+const WRITERS_GONE_WAIT_MS = 50;
+const WRITERS_GONE_POLL_MS = 2;
 /** How long a path whose writer was sent back (ESTALE) takes no page-cache open: the writer's retry comes at once. */
 const WRITER_RETRY_HOLD_MS = 1000;
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
@@ -598,6 +601,15 @@ export class NativeFuseEngine {
     this.invalidate(p);
     this.nodes.removed(p);
     throw new CascadeError('ESTALE', `${p} is open for reading through the page cache: the writer gets a node of its own`);
+  }
+
+  /** Whether nodeid has no writer open, waiting up to WRITERS_GONE_WAIT_MS for the last to go. */
+  private async writersGone(nodeid: number): Promise<boolean> {
+    for (let waitedMs = 0; ; waitedMs += WRITERS_GONE_POLL_MS) {
+      if ((this.nodeOpens.get(nodeid)?.writers ?? 0) === 0) return true;
+      if (waitedMs >= WRITERS_GONE_WAIT_MS) return false;
+      await new Promise((r) => setTimeout(r, WRITERS_GONE_POLL_MS));
+    }
   }
 
   /**
@@ -1104,8 +1116,10 @@ export class NativeFuseEngine {
       const content = f.contentKeyOf?.(fh);
       if (content !== undefined) conflict = this.session.readOpenFlags(hdr.nodeid, fh, content.key, content.sizeBytes, false) === null;
     }
-    // A node with a writer open keeps it: its write session stays on it (the reader reads direct, untracked).
-    if (conflict && (this.nodeOpens.get(hdr.nodeid)?.writers ?? 0) === 0) await this.readOpenConflict(fh, p, hdr.pid);
+    // A node with a writer open keeps it: its write session stays on it (the reader reads direct,
+    // untracked). A writer that just closed is usually still counted (its RELEASE comes after close()
+    // returns), so wait a moment for it first.
+    if (conflict && (await this.writersGone(hdr.nodeid))) await this.readOpenConflict(fh, p, hdr.pid);
     this.track(fh, hdr.nodeid, writer, backing, pageCacheWriter);
     if (!reading && this.attachStage(fh)) this.stagedAttr(fh, hdr.nodeid, await f.getattr(p, fh));
     // The workers missed this open (not cached, or its block had left DRAM): publish what the next
