@@ -515,12 +515,17 @@ print(json.dumps(out))`, path.join(mnt, 'kv', 'm', 'w'), path.join(mnt, '.cascad
     // Settle first: the burst's last RELEASEs and FORGETs reach the daemon late on a loaded machine
     // (CI once counted spins 200 ms after it), and idle means no request comes.
     await new Promise((r) => setTimeout(r, 1000));
-    const t0 = ticks();
     // A stats read is requests too, each maybe followed by a spin that times out (more where the
-    // reader is descheduled between them): measure what one costs, then allow that plus two.
-    const s0 = engineStats(mnt);
-    const idle = engineStats(mnt);
-    const perRead = idle.spinTimeouts - s0.spinTimeouts;
+    // reader is descheduled between them): measure what one costs (the most of three, as it varies
+    // from read to read), then allow that plus two.
+    let idle = engineStats(mnt);
+    let perRead = 0;
+    for (let i = 0; i < 3; i++) {
+      const next = engineStats(mnt);
+      perRead = Math.max(perRead, next.spinTimeouts - idle.spinTimeouts);
+      idle = next;
+    }
+    const t0 = ticks();
     await new Promise((r) => setTimeout(r, 1000));
     const used = ticks() - t0;
     const spun = engineStats(mnt).spinTimeouts - idle.spinTimeouts;
