@@ -491,10 +491,12 @@ export class NativeFuseEngine {
     } catch (e) {
       work = Promise.reject(e);
     }
+    // The C++ workers answer every RELEASE before handing it on (no answer is waited for).
+    const answered = op === P.Op.RELEASE;
     work.then(
       (payload) => {
         try {
-          this.reply(hdr.unique, 0, payload);
+          if (!answered) this.reply(hdr.unique, 0, payload);
           if (this.dirsToPublish.size > 0) this.publishDirs();
           observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, 0);
         } finally {
@@ -504,7 +506,7 @@ export class NativeFuseEngine {
       (e: unknown) => {
         try {
           const errno = this.errnoFor(hdr, e);
-          this.reply(hdr.unique, errno);
+          if (!answered) this.reply(hdr.unique, errno);
           if (this.dirsToPublish.size > 0) this.publishDirs();
           observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, errno);
         } finally {

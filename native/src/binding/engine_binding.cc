@@ -591,6 +591,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     o.Set("servedForgets", static_cast<double>(s.servedForgets));
     o.Set("servedOpens", static_cast<double>(s.servedOpens));
     o.Set("servedReleases", static_cast<double>(s.servedReleases));
+    o.Set("earlyReleases", static_cast<double>(s.earlyReleases));
     o.Set("pageCacheOpens", static_cast<double>(s.pageCacheOpens));
     o.Set("pageCacheDirect", static_cast<double>(s.pageCacheDirect));
     o.Set("pageCacheAttrNotices", static_cast<double>(s.pageCacheAttrNotices));

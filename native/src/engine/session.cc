@@ -425,6 +425,16 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
         ClearReadSource(fh);
         ClearStagedAttr(fh);
         if (stager_) stager_->DetachHandle(fh);
+        // Answered here, before JS sees it: the kernel sends RELEASE in the background (close(2)
+        // returned already) and ignores the answer's error, so nothing waits on what JS does with it,
+        // and JS is spared a reply (a writev of about 40 us on its thread, on the path of the next
+        // request it serves). The copy comes first: an io_uring entry's buffer is reused once answered.
+        forwarded_.fetch_add(1, std::memory_order_relaxed);
+        earlyReleases_.fetch_add(1, std::memory_order_relaxed);
+        std::vector<uint8_t> copy(message, message + lengthBytes);
+        Reply(in->unique, 0, nullptr, 0);
+        forward_(std::move(copy), [this] { HandOffReading(); });  // no answer is due from JS
+        return;
       }
       break;
     }
@@ -1238,6 +1248,7 @@ SessionStats Session::stats() const {
   s.servedForgets = servedForgets_.load();
   s.servedOpens = servedOpens_.load();
   s.servedReleases = servedReleases_.load();
+  s.earlyReleases = earlyReleases_.load();
   s.pageCacheOpens = pageCacheOpens_.load();
   s.pageCacheDirect = pageCacheDirect_.load();
   s.pageCacheAttrNotices = pageCacheAttrNotices_.load();

@@ -143,6 +143,8 @@ struct SessionStats {
   uint64_t servedForgets = 0;
   uint64_t servedOpens = 0;
   uint64_t servedReleases = 0;
+  // RELEASEs of JS's handles answered here before JS serves them (no answer is waited for).
+  uint64_t earlyReleases = 0;
   // Read-only opens answered with the page cache (kept, or dropped first), and those given direct I/O
   // because another content of the node was open cached.
   uint64_t pageCacheOpens = 0;
@@ -362,7 +364,7 @@ class Session {
   Negotiated negotiated_;
 
   std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0},
-      servedLookups_{0}, servedAbsentLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0},
+      servedLookups_{0}, servedAbsentLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0}, earlyReleases_{0},
       servedOpendirs_{0}, servedReaddirs_{0}, spinHits_{0}, spinTimeouts_{0}, gatedReads_{0}, gatedToJs_{0},
       pageCacheOpens_{0}, pageCacheDirect_{0}, pageCacheAttrNotices_{0}, readOpenConflicts_{0};
 };
