@@ -277,6 +277,7 @@ void Session::Worker() {
     // The next request of a back-to-back stream came within kSpinNs of the last answer (the spin, or
     // a read that blocked only briefly, saw it): spin again after this one.
     const bool streaming = spunHit || (!spin && doneNs != 0 && nowNs - doneNs <= kSpinNs);
+    const bool openRequest = reinterpret_cast<const fuse_in_header*>(buffer.get())->opcode == FUSE_OPEN;
     const unsigned othersBusy = busy_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t forwardedBefore = forwarded_.load(std::memory_order_relaxed);
     Handle(buffer.get(), static_cast<size_t>(n));
@@ -284,10 +285,11 @@ void Session::Worker() {
     park = !longRequest && othersBusy == 0 && nowNs - lastLongNs_.load(std::memory_order_relaxed) > kQuietNs;
     // Spin in one-reader mode: after a request answered here while the stream keeps coming back
     // within the spin (or at its start), and after one handed to JS, for the length of a typical JS
-    // answer (kForwardSpinNs): the caller then wakes on a CPU that is running, not on an idle vCPU.
+    // answer (kForwardSpinNs): the caller then wakes on a CPU that is running, not on an idle vCPU;
+    // and after an OPEN answered here, until the opener's RELEASE (kOpenSpinNs).
     const bool answeredHere = forwarded_.load(std::memory_order_relaxed) == forwardedBefore;
-    spin = park && (!answeredHere || streaming || doneNs == 0);
-    spinNs = answeredHere ? kSpinNs : kForwardSpinNs;
+    spin = park && (!answeredHere || streaming || doneNs == 0 || openRequest);
+    spinNs = !answeredHere ? kForwardSpinNs : openRequest ? kOpenSpinNs : kSpinNs;
     doneNs = park && answeredHere ? SteadyNs() : 0;
   }
   exitedWorkers_.fetch_add(1);
