@@ -332,6 +332,12 @@ export class Store {
   private readonly eviction: EvictionPolicy;
   private readonly promotion: PromotionPolicy;
   private readonly loads = new SingleFlight<Buffer>();
+  /**
+   * Loads into DRAM in progress, by content: each settles (never rejects) when its load ends. A read
+   * that finds its block loading waits for it rather than reading the whole block from disk beside it
+   * (a native fill does not go through `loads`).
+   */
+  private readonly dramLoading = new Map<string, Promise<void>>();
   private readonly flushes = new SingleFlight<void>();
   private readonly locks = new KeyedLock();
   private readonly mover: Mover;
@@ -1614,17 +1620,8 @@ export class Store {
     if (offsetBytes >= sizeBytes || target.length === 0) return 0;
     // A read into host memory takes the DRAM copy when there is one (a memcpy beats a copy over PCIe);
     // the GPU tier serves blocks it holds alone, and same-node GPU processes through IPC.
-    if (this.dram.has(sha)) {
-      try {
-        const n = await this.dram.read(sha, offsetBytes, target);
-        this.counters.hits.dram++;
-        this.eviction.accessed(sha);
-        this.noteGpuRead(sha, sizeBytes, offsetBytes);
-        return n;
-      } catch (e) {
-        if (!isCascadeError(e, 'ENOENT')) throw e; // evicted meanwhile: read from disk
-      }
-    }
+    const fromDram = await this.readFromDram(sha, sizeBytes, offsetBytes, target);
+    if (fromDram !== undefined) return fromDram;
     const g = this.gpu;
     if (g?.has(sha)) {
       try {
@@ -1640,6 +1637,13 @@ export class Store {
       } catch (e) {
         if (!isCascadeError(e, 'ENOENT')) throw e; // evicted meanwhile: read from disk
       }
+    }
+    const loading = this.dramLoading.get(sha);
+    if (loading !== undefined) {
+      // Being loaded into DRAM (a reader's hold, a promotion): read it there once it lands.
+      await loading;
+      const loaded = await this.readFromDram(sha, sizeBytes, offsetBytes, target);
+      if (loaded !== undefined) return loaded;
     }
     const local = this.disk.has(sha);
     if (!local && this.remote) {
@@ -1677,6 +1681,21 @@ export class Store {
    * One verified whole-block disk read, shared by all concurrent readers of the block: from this node's
    * disk tier, or in a cluster from another node's segments on the shared tier.
    */
+  /** The DRAM copy's bytes, counted as a DRAM hit; undefined when DRAM has none (or it left meanwhile). */
+  private async readFromDram(sha: string, sizeBytes: number, offsetBytes: number, target: Uint8Array): Promise<number | undefined> {
+    if (!this.dram.has(sha)) return undefined;
+    try {
+      const n = await this.dram.read(sha, offsetBytes, target);
+      this.counters.hits.dram++;
+      this.eviction.accessed(sha);
+      this.noteGpuRead(sha, sizeBytes, offsetBytes);
+      return n;
+    } catch (e) {
+      if (!isCascadeError(e, 'ENOENT')) throw e; // evicted meanwhile: read from elsewhere
+      return undefined;
+    }
+  }
+
   private loadFromDisk(sha: string, sizeBytes: number): Promise<Buffer> {
     return this.loads.do(sha, async () => {
       if (!this.disk.has(sha) && this.config.cluster) return this.loadFromShared(sha, sizeBytes);
@@ -1986,6 +2005,19 @@ export class Store {
       return;
     }
     if (tryRemote && (await this.fetchRemote(sha, sizeBytes, reading))) return;
+    let ended!: () => void;
+    const loading = new Promise<void>((resolve) => (ended = resolve));
+    const first = !this.dramLoading.has(sha);
+    if (first) this.dramLoading.set(sha, loading);
+    try {
+      await this.loadIntoDram(sha, sizeBytes, reading, onLoading);
+    } finally {
+      if (first) this.dramLoading.delete(sha);
+      ended();
+    }
+  }
+
+  private async loadIntoDram(sha: string, sizeBytes: number, reading: boolean, onLoading?: (handle: number) => void): Promise<void> {
     const native = this.nativeDiskLoad(sha, sizeBytes, onLoading);
     const fromGpu = native ? undefined : this.gpu?.has(sha) ? await this.gpuCopy(sha, sizeBytes) : undefined;
     // A reader's hit where the block came from (reads through a hold are counted once, at the hold).

@@ -473,6 +473,29 @@ describe('Store', function () {
     await store.close();
   });
 
+  it('a read of a block being loaded into the native arena waits for that load instead of reading the disk beside it', async function () {
+    if (!nativeBinding()) this.skip();
+    const dir = newDir();
+    const native = { dram: 'native' as const, dramCapacityBytes: 32 * MiB, log: () => undefined };
+    let store = await open(dir, native);
+    const data = seededBytes(94, 6 * MiB + 5);
+    await store.put('m/l', data);
+    await store.close();
+    store = await open(dir, native); // on disk only
+    const v = await store.resolve('m/l');
+    const hits = { ...(await store.stats()).hits };
+    const target = Buffer.alloc(1 * MiB);
+    let read: Promise<number> | undefined;
+    // Announced once the fill started and before it ends: the read comes while the block loads.
+    const hold = await store.holdInDram(v, () => (read = store.readContent(v, 2 * MiB, target)));
+    assert.ok(read !== undefined, 'the read started during the load');
+    assert.equal(await read, 1 * MiB);
+    assert.ok(target.equals(data.subarray(2 * MiB, 3 * MiB)), 'byte-exact');
+    hold.release();
+    assert.deepEqual((await store.stats()).hits, { ...hits, disk: hits.disk + 1, dram: hits.dram + 1 }, 'one disk load (the hold), the read from DRAM');
+    await store.close();
+  });
+
   it('a record whose piece table is damaged loads whole: its SHA-256 decides, and the load is counted (badPieceTables)', async function () {
     if (!nativeBinding()) this.skip();
     const dir = newDir();
