@@ -157,6 +157,28 @@ describe('native engine: lookups, stats and opens answered in C++ (real mounts)'
     }
   });
 
+  it('a close of a handle JS holds is answered in C++ first; the next open still sees the write (close-to-open)', async () => {
+    const mnt = await start('early-release');
+    const dir = path.join(mnt, 'kv', 'm');
+    const f = path.join(dir, 'f');
+    const before = engineStats(mnt).earlyReleases;
+    for (let i = 0; i < 30; i++) {
+      // Overwrite in place and through a rename (vLLM's pattern), each read at once by a fresh process.
+      const data = randomBytes(1000 + i * 997);
+      if (i % 2 === 0) {
+        fs.writeFileSync(f, data);
+      } else {
+        fs.writeFileSync(`${f}.tmp`, data);
+        fs.renameSync(`${f}.tmp`, f);
+      }
+      const s = statAndRead(f);
+      assert.equal(s.size, data.length, `round ${i}: the size the close committed`);
+      assert.ok(s.data.equals(data), `round ${i}: the bytes the close committed`);
+    }
+    assert.ok(engineStats(mnt).earlyReleases - before >= 30, 'each writer close answered in C++');
+    assert.deepEqual(fs.readdirSync(dir), ['f'], 'no temporary left');
+  });
+
   it('a file just written, or renamed into place, is opened in C++ on its first read', async () => {
     const mnt = await start('fresh');
     const dir = path.join(mnt, 'kv', 'm');
