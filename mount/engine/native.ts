@@ -138,6 +138,13 @@ const S_IFMT = fs.constants.S_IFMT;
 const S_IFREG = fs.constants.S_IFREG;
 /** How often blocks opened in C++ are told to the store (hits, and recency for its eviction). */
 const TOUCH_DRAIN_MS = 250;
+/**
+ * At unmount, how long JS waits for the RELEASEs it is still serving. The workers answer RELEASE
+ * before JS serves it, so the kernel's unmount no longer waits for that work; the filesystem must not
+ * close under it.
+ */
+const RELEASES_DRAIN_MS = 2_000;
+const RELEASES_DRAIN_POLL_MS = 2;
 
 function defaultLog(msg: string): void {
   process.stderr.write(`cascade: ${msg}\n`);
@@ -247,6 +254,8 @@ export class NativeFuseEngine {
   private unmounting: Promise<void> | undefined;
   /** Requests JS is serving now (dispatch to reply). */
   private inProgress = 0;
+  /** RELEASEs JS is serving (already answered by the workers). */
+  private releasesInProgress = 0;
   /** Requests handed over by takeNext since the event loop last had a turn. */
   private handedOver = 0;
   private holdWarned = false;
@@ -446,6 +455,9 @@ export class NativeFuseEngine {
     if (this.touchTimer !== undefined) clearInterval(this.touchTimer);
     this.drainTouched();
     if (mountEntry(this.mountpoint)) await fusermountUnmount(this.mountpoint).catch((e: unknown) => this.log(`unmount: ${(e as Error).message}`));
+    const deadline = Date.now() + RELEASES_DRAIN_MS;
+    while (this.releasesInProgress > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, RELEASES_DRAIN_POLL_MS));
+    if (this.releasesInProgress > 0) this.log(`unmount: ${this.releasesInProgress} RELEASE(s) still being served after ${RELEASES_DRAIN_MS} ms; closing anyway`);
     // Staged bytes live in the session's stager: into the filesystem's memory before it goes.
     if (this.staging) await this.fsOps.detachStager?.().catch((e: unknown) => this.log(`unmount: ${(e as Error).message}`));
     this.session?.unmount();
@@ -493,6 +505,7 @@ export class NativeFuseEngine {
     }
     // The C++ workers answer every RELEASE before handing it on (no answer is waited for).
     const answered = op === P.Op.RELEASE;
+    if (answered) this.releasesInProgress++;
     work.then(
       (payload) => {
         try {
@@ -500,7 +513,7 @@ export class NativeFuseEngine {
           if (this.dirsToPublish.size > 0) this.publishDirs();
           observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, 0);
         } finally {
-          this.served();
+          this.served(op);
         }
       },
       (e: unknown) => {
@@ -510,7 +523,7 @@ export class NativeFuseEngine {
           if (this.dirsToPublish.size > 0) this.publishDirs();
           observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, errno);
         } finally {
-          this.served();
+          this.served(op);
         }
       },
     );
@@ -521,8 +534,9 @@ export class NativeFuseEngine {
    * hands over what comes within its window; see takeNext) rather than sleep in the event loop, whose
    * wakeup costs each trip through JS tens of microseconds.
    */
-  private served(): void {
+  private served(op: number): void {
     this.inProgress--;
+    if (op === P.Op.RELEASE) this.releasesInProgress--;
     const s = this.session;
     if (this.inProgress !== 0 || s === undefined || this.unmounting !== undefined) return;
     // Requests answered from memory chain here without the event loop ever getting a turn (timers,

@@ -80,4 +80,32 @@ describe('stopping a mount under concurrent requests', function () {
     }
     process.stdout.write(`      stop times, slowest per way (ms): ${JSON.stringify(slowest)}\n`);
   });
+
+  it('a stop right after writers closed keeps every file whose close() returned (their RELEASEs are still being served)', async function () {
+    const data = path.join(root, 'data-closes');
+    const mnt = path.join(root, 'mnt-closes');
+    fs.mkdirSync(mnt);
+    let d = new Daemon(mnt, data, ['--engine', 'native']);
+    await d.start();
+    const dir = path.join(mnt, 'kv', 'w');
+    fs.mkdirSync(dir, { recursive: true });
+    const count = 300;
+    const w = spawnSync('python3', ['-c', 'import sys\nfor i in range(int(sys.argv[2])):\n  open("%s/f%d" % (sys.argv[1], i), "wb").write(bytes([i % 251]) * (1000 + i))', dir, String(count)]);
+    assert.equal(w.status, 0, String(w.stderr));
+    const proc = d.proc!;
+    const exited = new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
+    proc.kill('SIGTERM'); // at once: the last closes' RELEASEs may not have reached JS yet
+    assert.equal(await exited, 0, `exit code; log: ${d.stderr.slice(-800)}`);
+    d.proc = undefined;
+    d = new Daemon(mnt, data, ['--engine', 'native']);
+    await d.start();
+    try {
+      for (let i = 0; i < count; i++) {
+        const got = fs.readFileSync(path.join(dir, `f${i}`));
+        assert.ok(got.equals(Buffer.alloc(1000 + i, i % 251)), `f${i} after the restart`);
+      }
+    } finally {
+      await d.stop();
+    }
+  });
 });

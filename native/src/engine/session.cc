@@ -419,26 +419,27 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
       break;
     }
     case FUSE_RELEASE: {
-      // Drop the source before the embedder can reuse the handle number (it answers the release).
-      if (lengthBytes >= sizeof(fuse_in_header) + sizeof(fuse_release_in)) {
-        const uint64_t fh = reinterpret_cast<const fuse_release_in*>(message + sizeof(fuse_in_header))->fh;
-        ReleaseCachedOpen(fh);
-        if (fh >= kNativeHandleBase && ServeNativeRelease(in->unique, fh)) return;
-        ClearReadSource(fh);
-        ClearStagedAttr(fh);
-        if (stager_) stager_->DetachHandle(fh);
-        // Answered here, before JS sees it: the kernel sends RELEASE in the background (close(2)
-        // returned already) and ignores the answer's error, so nothing waits on what JS does with it,
-        // and JS is spared a reply (a writev of about 40 us on its thread, on the path of the next
-        // request it serves). The copy comes first: an io_uring entry's buffer is reused once answered.
-        forwarded_.fetch_add(1, std::memory_order_relaxed);
-        earlyReleases_.fetch_add(1, std::memory_order_relaxed);
-        std::vector<uint8_t> copy(message, message + lengthBytes);
-        Reply(in->unique, 0, nullptr, 0);
-        forward_(std::move(copy), [this] { HandOffReading(); });  // no answer is due from JS
+      if (lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_release_in)) {
+        ReplyError(in->unique, EINVAL);  // malformed; every RELEASE is answered here, JS answers none
         return;
       }
-      break;
+      // Drop the source before the embedder can reuse the handle number (it serves the release).
+      const uint64_t fh = reinterpret_cast<const fuse_release_in*>(message + sizeof(fuse_in_header))->fh;
+      ReleaseCachedOpen(fh);
+      if (fh >= kNativeHandleBase && ServeNativeRelease(in->unique, fh)) return;
+      ClearReadSource(fh);
+      ClearStagedAttr(fh);
+      if (stager_) stager_->DetachHandle(fh);
+      // Answered here, before JS sees it: the kernel sends RELEASE in the background (close(2)
+      // returned already) and ignores the answer's error, so nothing waits on what JS does with it,
+      // and JS is spared a reply (a writev of about 40 us on its thread, on the path of the next
+      // request it serves). The copy comes first: an io_uring entry's buffer is reused once answered.
+      forwarded_.fetch_add(1, std::memory_order_relaxed);
+      earlyReleases_.fetch_add(1, std::memory_order_relaxed);
+      std::vector<uint8_t> copy(message, message + lengthBytes);
+      Reply(in->unique, 0, nullptr, 0);
+      forward_(std::move(copy), [this] { HandOffReading(); });  // no answer is due from JS
+      return;
     }
     default:
       break;
