@@ -1677,10 +1677,6 @@ export class Store {
     return count;
   }
 
-  /**
-   * One verified whole-block disk read, shared by all concurrent readers of the block: from this node's
-   * disk tier, or in a cluster from another node's segments on the shared tier.
-   */
   /** The DRAM copy's bytes, counted as a DRAM hit; undefined when DRAM has none (or it left meanwhile). */
   private async readFromDram(sha: string, sizeBytes: number, offsetBytes: number, target: Uint8Array): Promise<number | undefined> {
     if (!this.dram.has(sha)) return undefined;
@@ -1696,6 +1692,10 @@ export class Store {
     }
   }
 
+  /**
+   * One verified whole-block disk read, shared by all concurrent readers of the block: from this node's
+   * disk tier, or in a cluster from another node's segments on the shared tier.
+   */
   private loadFromDisk(sha: string, sizeBytes: number): Promise<Buffer> {
     return this.loads.do(sha, async () => {
       if (!this.disk.has(sha) && this.config.cluster) return this.loadFromShared(sha, sizeBytes);

@@ -513,7 +513,7 @@ export class NativeFuseEngine {
           if (this.dirsToPublish.size > 0) this.publishDirs();
           observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, 0);
         } finally {
-          this.served(op);
+          this.served(answered);
         }
       },
       (e: unknown) => {
@@ -523,7 +523,7 @@ export class NativeFuseEngine {
           if (this.dirsToPublish.size > 0) this.publishDirs();
           observe?.(OP_NAMES.get(op) ?? String(op), Number(process.hrtime.bigint() - t0) / 1e9, errno);
         } finally {
-          this.served(op);
+          this.served(answered);
         }
       },
     );
@@ -534,9 +534,9 @@ export class NativeFuseEngine {
    * hands over what comes within its window; see takeNext) rather than sleep in the event loop, whose
    * wakeup costs each trip through JS tens of microseconds.
    */
-  private served(op: number): void {
+  private served(release: boolean): void {
     this.inProgress--;
-    if (op === P.Op.RELEASE) this.releasesInProgress--;
+    if (release) this.releasesInProgress--;
     const s = this.session;
     if (this.inProgress !== 0 || s === undefined || this.unmounting !== undefined) return;
     // Requests answered from memory chain here without the event loop ever getting a turn (timers,
