@@ -92,7 +92,15 @@ export class JournalWriter {
   }
 
   append(entry: JournalEntry): void {
-    const frame = encodeEntry(entry);
+    this.writeFrame(encodeEntry(entry));
+  }
+
+  /** Several entries in one write (a group commit's). */
+  appendMany(entries: readonly JournalEntry[]): void {
+    this.writeFrame(entries.length === 1 ? encodeEntry(entries[0]) : Buffer.concat(entries.map(encodeEntry)));
+  }
+
+  private writeFrame(frame: Buffer): void {
     let done = 0;
     while (done < frame.length) done += fs.writeSync(this.fd, frame, done, frame.length - done);
     this.bytes += frame.length;

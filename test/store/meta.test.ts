@@ -8,7 +8,8 @@ import { INODE_FIRST_ALLOCATED } from '../../store/constants';
 import { isCascadeError, type ErrorCode } from '../../store/errors';
 import type { MetaEngine } from '../../store/meta';
 import { MemoryMeta } from '../../store/meta/memory';
-import { SqliteMeta } from '../../store/meta/sqlite';
+import { GROUP_COMMIT_DELAY_MS, SqliteMeta } from '../../store/meta/sqlite';
+import { listJournalFiles, readJournalFile } from '../../store/meta/journal';
 import { metaConformance, sha } from './meta-conformance';
 
 function tempDir(): string {
@@ -54,16 +55,15 @@ describe('SqliteMeta', function () {
     fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  it('keeps commits, synced or not, of a process killed with SIGKILL', async function () {
+  /** Runs `body` in a child process that opens the database, then SIGKILLs the child once it prints ok. */
+  async function killedAfter(body: string, groupCommitMs: number): Promise<void> {
     const modulePath = path.join(__dirname, '..', '..', 'store', 'meta', 'sqlite.js');
     assert.ok(fs.existsSync(modulePath), `compiled engine at ${modulePath}`);
     const childCode = `
       const { SqliteMeta } = require(process.env.CASCADE_META_MODULE);
       (async () => {
-        const meta = SqliteMeta.open(process.env.CASCADE_META_DB);
-        await meta.commit('m/synced', '${sha('synced')}', 111, 1000, 8);
-        await meta.sync();
-        await meta.commit('m/unsynced', '${sha('unsynced')}', 222, 2000, 8);
+        const meta = SqliteMeta.open(process.env.CASCADE_META_DB, { groupCommitMs: ${groupCommitMs} });
+        ${body}
         process.stdout.write('ok\\n');
         setInterval(() => {}, 1 << 30); // hold the database open until killed
       })().catch((e) => { console.error(e); process.exit(1); });
@@ -87,7 +87,16 @@ describe('SqliteMeta', function () {
     assert.equal(await exited, 'SIGKILL');
     // The child never closed the database, so the commits can only be in the WAL it left behind.
     assert.ok(fs.statSync(`${file}-wal`).size > 0, 'the killed process left its WAL');
+  }
 
+  it('keeps commits, synced or not, of a process killed with SIGKILL once their group committed', async function () {
+    await killedAfter(
+      `await meta.commit('m/synced', '${sha('synced')}', 111, 1000, 8);
+       await meta.sync();
+       await meta.commit('m/unsynced', '${sha('unsynced')}', 222, 2000, 8);
+       await new Promise((r) => setTimeout(r, 100)); // well past the group's window`,
+      GROUP_COMMIT_DELAY_MS,
+    );
     const meta = SqliteMeta.open(file);
     try {
       const synced = await meta.current('m/synced');
@@ -106,6 +115,72 @@ describe('SqliteMeta', function () {
       assert.deepEqual(await meta.totals(), { names: 2, versions: 2, blocks: 2, uniqueBytes: 333, logicalBytes: 333, pinnedBytes: 0 });
     } finally {
       await meta.close();
+    }
+  });
+
+  it('keeps every synced commit of a process killed with its group open, and loses only that group', async function () {
+    await killedAfter(
+      `for (let i = 0; i < 5; i++) await meta.commit('m/synced-' + i, '${sha('synced')}', 111, 1000 + i, 8);
+       await meta.sync();
+       for (let i = 0; i < 5; i++) await meta.commit('m/open-' + i, '${sha('open')}', 222, 2000 + i, 8);`,
+      1000,
+    );
+    const meta = SqliteMeta.open(file);
+    try {
+      assert.deepEqual(await meta.list('m/', { limit: 100 }), ['m/synced-0', 'm/synced-1', 'm/synced-2', 'm/synced-3', 'm/synced-4']);
+      assert.deepEqual(await meta.totals(), { names: 5, versions: 5, blocks: 1, uniqueBytes: 111, logicalBytes: 555, pinnedBytes: 0 });
+    } finally {
+      await meta.close();
+    }
+  });
+
+  it('group commit: reads see each mutation at once, a failing one undoes only itself, the group commits after its window', async function () {
+    const meta = SqliteMeta.open(file, { groupCommitMs: 200 });
+    try {
+      await meta.commit('m/a', sha(1), 10, 1000, 8);
+      await meta.commit('m/b', sha(2), 20, 1001, 8);
+      await assert.rejects(meta.rename('m/missing', 'm/c', 1002, 8), (e: unknown) => (e as { code?: string }).code === 'ENOENT');
+      await meta.rename('m/b', 'm/c', 1003, 8);
+      await meta.commit('m/d', sha(1), 10, 1004, 8);
+      assert.equal(meta.groupCommits, 0, 'nothing committed inside the window');
+      assert.deepEqual(await meta.list('m/', { limit: 10 }), ['m/a', 'm/c', 'm/d']);
+      assert.equal((await meta.current('m/c'))?.sha256, sha(2));
+      assert.deepEqual(await meta.totals(), { names: 3, versions: 3, blocks: 2, uniqueBytes: 30, logicalBytes: 40, pinnedBytes: 0 });
+      const deadline = Date.now() + 5000;
+      while (meta.groupCommits === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(meta.groupCommits, 1, 'one commit for the whole group');
+    } finally {
+      await meta.close();
+    }
+    const again = SqliteMeta.open(file);
+    try {
+      assert.deepEqual(await again.list('m/', { limit: 10 }), ['m/a', 'm/c', 'm/d']);
+      assert.deepEqual(await again.totals(), { names: 3, versions: 3, blocks: 2, uniqueBytes: 30, logicalBytes: 40, pinnedBytes: 0 });
+    } finally {
+      await again.close();
+    }
+  });
+
+  it('group commit: a burst commits at the group bound without waiting, close commits the rest, the journal gets every entry', async function () {
+    const journalDir = path.join(dir, 'journal');
+    const meta = SqliteMeta.open(file, { groupCommitMs: 1000, journalDir });
+    try {
+      for (let i = 0; i < 300; i++) await meta.commit(`m/f${i}`, sha(i + 1), 4096, 1000 + i, 8);
+      assert.equal(meta.groupCommits, 1, 'the first 256 committed at the bound');
+    } finally {
+      await meta.close();
+    }
+    assert.equal(meta.groupCommits, 2, 'close committed the open group');
+    const entries = listJournalFiles(journalDir).flatMap((f) => readJournalFile(f.file).entries);
+    assert.deepEqual(
+      entries.map((e) => e.seq),
+      Array.from({ length: 300 }, (_, i) => i + 1),
+    );
+    const again = SqliteMeta.open(file);
+    try {
+      assert.equal((await again.totals()).names, 300);
+    } finally {
+      await again.close();
     }
   });
 
@@ -171,7 +246,8 @@ describe('SqliteMeta', function () {
   });
 
   it('checkpoints the WAL once idle, not on the commits of a burst', async function () {
-    const meta = SqliteMeta.open(file);
+    // One commit per mutation, the WAL's worst case.
+    const meta = SqliteMeta.open(file, { groupCommitMs: 0 });
     try {
       const dbBytes = () => fs.statSync(file).size;
       const before = dbBytes();
