@@ -5,13 +5,16 @@
  * survives a crash of the process (kill -9: the WAL pages are in the OS page cache) but not a power
  * loss; sync() makes every earlier commit durable against power loss too (see there).
  *
- * Group commit (`groupCommitMs`, default GROUP_COMMIT_DELAY_MS): mutations run as savepoints inside
- * one open transaction that commits GROUP_COMMIT_DELAY_MS after its first mutation, at
- * GROUP_COMMIT_MAX_MUTATIONS, or at sync()/close()/snapshot. Reads on this connection (the only one:
- * exclusive locking) see every mutation at once; a failing mutation rolls back only its savepoint. A
- * crash of the process loses at most the open group: the contract promises nothing before fsync, and
- * fsync calls sync(). One commit of a small create alone appends ~8 WAL pages (four b-trees); a group
- * shares them, which was most of a create's metadata cost.
+ * Group commit (`groupCommitMs`, default GROUP_COMMIT_DELAY_MS): new versions (`commit`, a close) and
+ * inode reservations run as savepoints inside one open transaction that commits GROUP_COMMIT_DELAY_MS
+ * after its first mutation, at GROUP_COMMIT_MAX_MUTATIONS, at sync()/close()/snapshot, or with the next
+ * mutation of any other kind. Reads on this connection (the only one: exclusive locking) see every
+ * mutation at once; a failing mutation rolls back only its savepoint. A crash of the process loses at
+ * most the open group, i.e. versions closed but not fsynced, which the contract does not promise (fsync
+ * calls sync()). Every other mutation commits before it returns, with the group: a rename of an
+ * fsynced file, an unlink, a pin survive kill -9 once they return, as with one commit each. One commit
+ * of a small create alone appends ~8 WAL pages (four b-trees); a group shares them, which was most of
+ * a create's metadata cost.
  *
  * Locking: EXCLUSIVE locking mode. The totals are kept in this process and every mutation is assumed to
  * come from here, so a second process (or a second mount) on the same file must not write; it gets
@@ -63,6 +66,8 @@ const WAL_SIZE_LIMIT_BYTES = 32 * 1024 * 1024;
 /** Group commit: how long the open group waits for more mutations, and its bound (see the header). */
 export const GROUP_COMMIT_DELAY_MS = 4;
 const GROUP_COMMIT_MAX_MUTATIONS = 256;
+/** The mutations that may wait in the group (see the header); any other commits it. */
+const GROUPED_OPS: ReadonlySet<JournalOp['op']> = new Set(['commit', 'allocateInodes']);
 
 const SCHEMA = `
   CREATE TABLE names (
@@ -665,8 +670,8 @@ export class SqliteMeta implements MetaEngine {
    * once the transaction has committed; a throw rolls back both.
    */
   private mutate<T>(op: JournalOp, replaySeq: number | undefined, body: (counts: MetaTotals) => T): T {
-    const grouped = this.groupCommitMs > 0 && !this.snapshotting;
-    if (grouped && this.group === undefined) {
+    const groupable = this.groupCommitMs > 0 && !this.snapshotting && GROUPED_OPS.has(op.op);
+    if (groupable && this.group === undefined) {
       assert(!this.db.inTransaction, 'a transaction is open outside a group');
       this.db.exec('BEGIN IMMEDIATE');
       this.group = { mutations: 0, entries: [], timer: undefined };
@@ -702,7 +707,7 @@ export class SqliteMeta implements MetaEngine {
     }
     if (entry !== undefined) group.entries.push(entry);
     group.mutations++;
-    if (group.mutations >= GROUP_COMMIT_MAX_MUTATIONS) this.commitGroup();
+    if (!groupable || group.mutations >= GROUP_COMMIT_MAX_MUTATIONS) this.commitGroup();
     else group.timer ??= setTimeout(() => this.commitGroupLater(), this.groupCommitMs);
     return result;
   }

@@ -118,44 +118,49 @@ describe('SqliteMeta', function () {
     }
   });
 
-  it('keeps every synced commit of a process killed with its group open, and loses only that group', async function () {
+  it('keeps every synced commit and every returned rename of a process killed with its group open, and loses only that group', async function () {
     await killedAfter(
       `for (let i = 0; i < 5; i++) await meta.commit('m/synced-' + i, '${sha('synced')}', 111, 1000 + i, 8);
        await meta.sync();
+       await meta.commit('m/src', '${sha('moved')}', 333, 1500, 8);
+       await meta.rename('m/src', 'm/moved', 1501, 8);
        for (let i = 0; i < 5; i++) await meta.commit('m/open-' + i, '${sha('open')}', 222, 2000 + i, 8);`,
       1000,
     );
     const meta = SqliteMeta.open(file);
     try {
-      assert.deepEqual(await meta.list('m/', { limit: 100 }), ['m/synced-0', 'm/synced-1', 'm/synced-2', 'm/synced-3', 'm/synced-4']);
-      assert.deepEqual(await meta.totals(), { names: 5, versions: 5, blocks: 1, uniqueBytes: 111, logicalBytes: 555, pinnedBytes: 0 });
+      assert.deepEqual(await meta.list('m/', { limit: 100 }), ['m/moved', 'm/synced-0', 'm/synced-1', 'm/synced-2', 'm/synced-3', 'm/synced-4']);
+      assert.equal((await meta.current('m/moved'))?.sha256, sha('moved'));
+      assert.deepEqual(await meta.totals(), { names: 6, versions: 6, blocks: 2, uniqueBytes: 444, logicalBytes: 888, pinnedBytes: 0 });
     } finally {
       await meta.close();
     }
   });
 
-  it('group commit: reads see each mutation at once, a failing one undoes only itself, the group commits after its window', async function () {
+  it('group commit: reads see each mutation at once, a failing one undoes only itself, the group commits after its window or with a rename', async function () {
     const meta = SqliteMeta.open(file, { groupCommitMs: 200 });
     try {
       await meta.commit('m/a', sha(1), 10, 1000, 8);
       await meta.commit('m/b', sha(2), 20, 1001, 8);
       await assert.rejects(meta.rename('m/missing', 'm/c', 1002, 8), (e: unknown) => (e as { code?: string }).code === 'ENOENT');
-      await meta.rename('m/b', 'm/c', 1003, 8);
       await meta.commit('m/d', sha(1), 10, 1004, 8);
       assert.equal(meta.groupCommits, 0, 'nothing committed inside the window');
-      assert.deepEqual(await meta.list('m/', { limit: 10 }), ['m/a', 'm/c', 'm/d']);
-      assert.equal((await meta.current('m/c'))?.sha256, sha(2));
+      assert.deepEqual(await meta.list('m/', { limit: 10 }), ['m/a', 'm/b', 'm/d']);
       assert.deepEqual(await meta.totals(), { names: 3, versions: 3, blocks: 2, uniqueBytes: 30, logicalBytes: 40, pinnedBytes: 0 });
       const deadline = Date.now() + 5000;
       while (meta.groupCommits === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       assert.equal(meta.groupCommits, 1, 'one commit for the whole group');
+      await meta.commit('m/e', sha(3), 30, 1005, 8);
+      await meta.rename('m/b', 'm/c', 1006, 8);
+      assert.equal(meta.groupCommits, 2, 'the rename committed the open group with itself');
+      assert.equal((await meta.current('m/c'))?.sha256, sha(2));
     } finally {
       await meta.close();
     }
     const again = SqliteMeta.open(file);
     try {
-      assert.deepEqual(await again.list('m/', { limit: 10 }), ['m/a', 'm/c', 'm/d']);
-      assert.deepEqual(await again.totals(), { names: 3, versions: 3, blocks: 2, uniqueBytes: 30, logicalBytes: 40, pinnedBytes: 0 });
+      assert.deepEqual(await again.list('m/', { limit: 10 }), ['m/a', 'm/c', 'm/d', 'm/e']);
+      assert.deepEqual(await again.totals(), { names: 4, versions: 4, blocks: 3, uniqueBytes: 60, logicalBytes: 70, pinnedBytes: 0 });
     } finally {
       await again.close();
     }
