@@ -261,9 +261,12 @@ export class CascadeFs implements CascadeFsOps {
   private readonly hidden = new Map<string, { target: string; version: VersionRecord | undefined; staging: Staging | undefined }>();
   /**
    * Files hidden by libfuse: gone from the tree, still in the store until a rename replaces them (their
-   * version history continues) or their hidden name is unlinked (then they are deleted).
+   * version history continues) or their hidden name is unlinked (then they are deleted). Keyed by the
+   * file's name, valued by the hidden name that owns the delete: one name can be hidden twice (replaced
+   * while open, then the file renamed there unlinked while open), and only the latest hidden name's
+   * release deletes it.
    */
-  private readonly pendingDelete = new Set<string>();
+  private readonly pendingDelete = new Map<string, string>();
   private statsSnapshot: { atMs: number; data: Buffer } | undefined;
   private pinsSnapshot: { atMs: number; generation: number; data: Buffer } | undefined;
   private pinsRendering: { generation: number; data: Promise<Buffer> } | undefined;
@@ -696,7 +699,9 @@ export class CascadeFs implements CascadeFsOps {
     if (hid) {
       // The last release of a file unlinked while open: now it goes (unless a rename replaced it).
       this.deleteHidden(rel);
-      if (this.pendingDelete.delete(hid.target) && (await this.exists(hid.target))) await this.store.delete(hid.target);
+      if (this.pendingDelete.get(hid.target) !== rel) return; // replaced meanwhile: its history continues there
+      this.pendingDelete.delete(hid.target);
+      if (await this.exists(hid.target)) await this.store.delete(hid.target);
       return;
     }
     const kind = await this.kindOf(rel);
@@ -913,7 +918,7 @@ export class CascadeFs implements CascadeFsOps {
     for (const h of this.handles.values()) if (h.kind === 'read') h.release();
     this.handles.clear();
     this.staging.clear();
-    for (const rel of this.pendingDelete) {
+    for (const rel of this.pendingDelete.keys()) {
       try {
         if (await this.exists(rel)) await this.store.delete(rel);
       } catch (e) {
@@ -1327,7 +1332,7 @@ export class CascadeFs implements CascadeFsOps {
     const st = this.staging.get(src);
     if (st) this.orphan(st); // a file replaced or unlinked while being written is never committed
     this.setHidden(hiddenRel, { target: src, version, staging: st });
-    if (version) this.pendingDelete.add(src);
+    if (version) this.pendingDelete.set(src, hiddenRel);
     this.tree.removeFile(src);
   }
 

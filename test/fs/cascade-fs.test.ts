@@ -514,6 +514,25 @@ describe('CascadeFs (no kernel)', function () {
     assert.deepEqual(await store.list('m/'), ['m/f']);
   });
 
+  it('regression (model test, fuse-native): a name hidden twice is deleted by the latest hidden name\'s release only', async () => {
+    await fs.mkdir('/kv/m', 0o755);
+    await writeFile(fs, '/kv/m/f', Buffer.from('one'));
+    await writeFile(fs, '/kv/m/tmp', Buffer.from('two'));
+    await writeFile(fs, '/kv/m/g', Buffer.from('three'));
+    // rename(tmp, f) while f is open, then unlink(f) while the file moved there is open.
+    await fs.rename('/kv/m/f', '/kv/m/.fuse_hidden0000000a00000011');
+    await fs.rename('/kv/m/tmp', '/kv/m/f');
+    await fs.rename('/kv/m/f', '/kv/m/.fuse_hidden0000000a00000012');
+    // The first file's last release: before, it deleted m/f, history and all, though the second
+    // hidden file was still open (and a rename over the name continues its history until that closes).
+    await fs.unlink('/kv/m/.fuse_hidden0000000a00000011');
+    assert.deepEqual((await store.versions('m/f')).map((v) => v.version), [1, 2]);
+    await fs.rename('/kv/m/g', '/kv/m/f');
+    assert.deepEqual((await store.versions('m/f')).map((v) => v.version), [1, 2, 3], 'the history continues');
+    await fs.unlink('/kv/m/.fuse_hidden0000000a00000012'); // replaced meanwhile: nothing to delete
+    assert.equal((await readFile(fs, '/kv/m/f')).toString(), 'three');
+  });
+
   it('unlink while open: gone from the tree at once, deleted from the store at the last release', async () => {
     await fs.mkdir('/kv/m', 0o755);
     await writeFile(fs, '/kv/m/g', Buffer.from('bye'));

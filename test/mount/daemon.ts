@@ -80,11 +80,12 @@ export class Daemon {
       const exited = new Promise<number | null>((r) => proc.once('exit', (c) => r(c)));
       proc.kill(signal);
       code = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
+      const how = proc.signalCode !== null ? `killed by ${proc.signalCode}` : proc.exitCode !== null ? `exit ${proc.exitCode}` : 'still running after 20 s';
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
       // SIGTERM is the clean stop: the daemon unmounts, persists and exits 0 (a regression here once
       // came from a library that took over SIGTERM).
       if (signal === 'SIGTERM' && (code !== 0 || isMounted(this.mnt))) {
-        unclean = `daemon did not stop cleanly on SIGTERM (exit ${code}, ${isMounted(this.mnt) ? 'still mounted' : 'unmounted'}): ${this.stderr.slice(-600)}`;
+        unclean = `daemon did not stop cleanly on SIGTERM (${how}, ${isMounted(this.mnt) ? 'still mounted' : 'unmounted'}): ${this.stderr.slice(-600)}`;
       }
     }
     await beforeDetach?.();
