@@ -1357,6 +1357,16 @@ export class CascadeFs implements CascadeFsOps {
       if (mode !== undefined) this.modes.set(to, mode);
     }
     this.tree.moveDir(src, dst);
+    // Files libfuse hid in the subtree (unlinked while open) move with it: libfuse asks for them at
+    // the new path (fstat of their descriptors, the unlink at their last release). Their store names
+    // stay where they were, deleted at that release.
+    for (const [rel, entry] of [...this.hidden]) {
+      if (!rel.startsWith(`${src}/`)) continue;
+      const to = dst + rel.slice(src.length);
+      this.deleteHidden(rel);
+      this.setHidden(to, entry);
+      if (this.pendingDelete.get(entry.target) === rel) this.pendingDelete.set(entry.target, to);
+    }
   }
 
   private kvRel(path: string, op: string): string {

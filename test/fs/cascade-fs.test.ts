@@ -533,6 +533,20 @@ describe('CascadeFs (no kernel)', function () {
     assert.equal((await readFile(fs, '/kv/m/f')).toString(), 'three');
   });
 
+  it('regression (model test, fuse-native): a file unlinked while open moves with its directory (fstat, then its last release)', async () => {
+    await fs.mkdir('/kv/a', 0o755);
+    await writeFile(fs, '/kv/a/f', Buffer.from('kept until released'));
+    await fs.rename('/kv/a/f', '/kv/a/.fuse_hidden0000000e00000005'); // libfuse: unlink(a/f) while open
+    await fs.mkdir('/kv/m', 0o755);
+    await fs.rename('/kv/a', '/kv/m/d');
+    // libfuse moved the hidden node with the directory and asks for it there; before, ENOENT.
+    assert.equal((await fs.getattr('/kv/m/d/.fuse_hidden0000000e00000005')).sizeBytes, 19);
+    await rejectsWith(() => fs.getattr('/kv/a/.fuse_hidden0000000e00000005'), 'ENOENT');
+    await fs.unlink('/kv/m/d/.fuse_hidden0000000e00000005'); // its last release
+    await rejectsWith(() => store.get('a/f'), 'ENOENT');
+    assert.deepEqual(await store.list(''), []);
+  });
+
   it('unlink while open: gone from the tree at once, deleted from the store at the last release', async () => {
     await fs.mkdir('/kv/m', 0o755);
     await writeFile(fs, '/kv/m/g', Buffer.from('bye'));

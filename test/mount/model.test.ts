@@ -1167,6 +1167,15 @@ describe(`model-based random operations on a real mount (engine ${ENGINE})`, fun
       ]);
     });
 
+    it('found on fuse-native: a file unlinked while open moves with its directory (fstat of its descriptor)', async function () {
+      await runFixed(ENGINE, [
+        ...SETUP,
+        { t: 'create', p: P('ma/f'), excl: false, rdwr: true },
+        { t: 'unlink', p: P('ma/f') },
+        { t: 'rename', from: P('ma'), to: P('mb/d') },
+      ]);
+    });
+
     it('a session renamed over a committed file: readers keep the target committed content until the commit, as an O_TRUNC rewrite', async function () {
       await runFixed(ENGINE, [
         { t: 'mkdir', p: P('ma') },
