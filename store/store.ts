@@ -67,6 +67,11 @@ export interface StoreConfig {
   /** Sum of pinned block sizes allowed (default: half of DRAM). */
   pinQuotaBytes?: number;
   keepVersions?: number;
+  /**
+   * SqliteMeta group commit window (SqliteMetaOptions.groupCommitMs; default 0, off): closes within it
+   * share one SQLite commit, and a kill -9 can lose the closes of the last window that were not fsynced.
+   */
+  metaGroupCommitMs?: number;
   maxBlockBytes?: number;
   /** Disk reads of a block before it is promoted to DRAM. */
   promoteAfterReads?: number;
@@ -485,7 +490,7 @@ export class Store {
     const opened: { close(): Promise<void> }[] = [];
     let store: Store | undefined;
     try {
-      const meta = config.metaEngine ?? (config.meta === 'memory' ? new MemoryMeta() : openSqliteOwned(config.dataDir));
+      const meta = config.metaEngine ?? (config.meta === 'memory' ? new MemoryMeta() : openSqliteOwned(config.dataDir, config.metaGroupCommitMs ?? 0));
       opened.push(meta);
       const token = `${os.hostname()}:${process.pid}:${crypto.randomBytes(6).toString('hex')}`;
       // Two daemons with one node name would append to one set of segments: the second is refused,
@@ -2290,7 +2295,7 @@ export class Store {
  * The data directory's SQLite metadata, held by this process alone (SQLite's exclusive lock). The holder
  * writes `owner.json` (host, pid, start), so a second process is told who holds the directory.
  */
-function openSqliteOwned(dataDir: string): SqliteMeta {
+function openSqliteOwned(dataDir: string, groupCommitMs: number): SqliteMeta {
   const ownerFile = path.join(dataDir, 'owner.json');
   const metaFile = path.join(dataDir, META_FILE);
   // A fresh database next to existing data would make every stored block an orphan, reclaimed at
@@ -2300,7 +2305,7 @@ function openSqliteOwned(dataDir: string): SqliteMeta {
   }
   let meta: SqliteMeta;
   try {
-    meta = SqliteMeta.open(metaFile, { journalDir: path.join(dataDir, JOURNAL_DIR_NAME) });
+    meta = SqliteMeta.open(metaFile, { journalDir: path.join(dataDir, JOURNAL_DIR_NAME), groupCommitMs });
   } catch (e) {
     if (!isCascadeError(e, 'EBUSY')) throw e;
     let holder = 'another process';

@@ -33,6 +33,8 @@ export interface MountOptions {
   /** Serve Prometheus metrics on http://host:port/metrics (mount/daemon/metrics.ts). */
   metrics?: { host: string; port: number };
   keepVersions?: number;
+  /** StoreConfig.metaGroupCommitMs (default 0: every close commits on its own). */
+  metaGroupCommitMs?: number;
   kernelCache?: boolean;
   /** Native engine: read-only opens of held blocks through the page cache (NativeEngineOptions.pageCache; default true). */
   pageCache?: boolean;
@@ -117,6 +119,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
       diskPageCache: opts.diskPageCache,
       gpu: opts.gpu,
       keepVersions: opts.keepVersions,
+      metaGroupCommitMs: opts.metaGroupCommitMs,
       log: (m) => log(`cascade: ${m}`, 'warn'),
       ...clusterConfig,
     });

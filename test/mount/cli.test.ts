@@ -134,6 +134,9 @@ describe('cascade CLI (direct data-directory access)', function () {
     const nan = cascade(['mount', path.join(dir, 'mnt'), '--keep-versions', 'abc']);
     assert.equal(nan.code, 2);
     assert.match(nan.stderr, /--keep-versions must be a whole number >= 1, not something that is not a number/);
+    const longGroup = cascade(['mount', path.join(dir, 'mnt'), '--meta-group-commit-ms', '2000']);
+    assert.equal(longGroup.code, 2);
+    assert.match(longGroup.stderr, /--meta-group-commit-ms must be a whole number of milliseconds from 0 to 1000, not 2000/);
     const version = cascade(['--version']);
     assert.equal(version.code, 0);
     assert.match(version.stdout.toString(), /^cascade \d+\.\d+\.\d+\n$/);

@@ -745,7 +745,7 @@ describe('mount/cli: mount and unmount', function () {
       fs.writeFileSync(file, JSON.stringify({ data: 'store', dram: 1048576, pinQuota: '1M', 'keep-versions': 3, kernelCache: true }));
       assert.deepEqual(loadMountConfig(file), { data: path.join(cfgDir, 'store'), dram: '1048576', 'pin-quota': '1M', 'keep-versions': 3, 'kernel-cache': true });
       fs.writeFileSync(file, JSON.stringify({ dram: '1G', drm: '2G' }));
-      assert.throws(() => loadMountConfig(file), /unknown key "drm" \(known: data, dram, dram-watermarks, disk, pin-quota, keep-versions, kernel-cache, page-cache, disk-page-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, fuse-uring, debug, log-level, log-file, quiet\)/);
+      assert.throws(() => loadMountConfig(file), /unknown key "drm" \(known: data, dram, dram-watermarks, disk, pin-quota, keep-versions, meta-group-commit-ms, kernel-cache, page-cache, disk-page-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, fuse-uring, debug, log-level, log-file, quiet\)/);
       fs.writeFileSync(file, JSON.stringify({ disk: '500G' }));
       assert.deepEqual(loadMountConfig(file), { disk: '500G' });
       fs.writeFileSync(file, JSON.stringify({ gpu: '16G', gpuDevice: 1 }));
@@ -756,6 +756,10 @@ describe('mount/cli: mount and unmount', function () {
       assert.throws(() => loadMountConfig(file), /"passthrough" must be true or false/);
       fs.writeFileSync(file, JSON.stringify({ 'gpu-device': -1 }));
       assert.throws(() => loadMountConfig(file), /"gpu-device" must be a device number/);
+      fs.writeFileSync(file, JSON.stringify({ metaGroupCommitMs: 4 }));
+      assert.deepEqual(loadMountConfig(file), { 'meta-group-commit-ms': 4 });
+      fs.writeFileSync(file, JSON.stringify({ 'meta-group-commit-ms': 5000 }));
+      assert.throws(() => loadMountConfig(file), /"meta-group-commit-ms" must be a whole number of milliseconds, 0 to 1000/);
       fs.writeFileSync(file, JSON.stringify({ disk: true }));
       assert.throws(() => loadMountConfig(file), /"disk" must be a size/);
       fs.writeFileSync(file, JSON.stringify({ 'kernel-cache': 'yes' }));
