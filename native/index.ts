@@ -19,6 +19,7 @@ const CANDIDATES = [
 const REQUIRED_MEMBERS: ReadonlyArray<keyof NativeBinding> = [
   'abiVersion', 'features', 'Arena', 'Hasher', 'Mapping', 'MetaTable', 'GpuPool', 'gpuProbe', 'getxattr', 'setxattr', 'listxattr', 'FuseSession', 'sha256', 'sha256Sync', 'copyAsync',
   'pread', 'pwrite', 'fdatasync', 'fadvise', 'openFile', 'alignedBuffer', 'allocBuffer', 'peerCredentials',
+  'detachMount',
 ];
 
 export type NativeLoad = { ok: true; binding: NativeBinding; file: string } | { ok: false; reason: string };

@@ -519,6 +519,11 @@ export interface NativeBinding {
    * (SO_PEERCRED): ENOTSOCK/EBADF/EINVAL otherwise.
    */
   peerCredentials(fd: number): { pid: number; uid: number; gid: number };
+  /**
+   * umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW): a lazy unmount without a child process (root only:
+   * EPERM otherwise; EINVAL when path is not a mount point).
+   */
+  detachMount(path: string): void;
   /** A 4 KiB-aligned Buffer (for O_DIRECT). */
   alignedBuffer(lengthBytes: number): Buffer;
   /** The kernel's page size in bytes (sysconf(_SC_PAGESIZE)); 0 if unknown. */

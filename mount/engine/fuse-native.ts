@@ -17,6 +17,7 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
 import Fuse = require('fuse-native');
+import { nativeBinding as cascadeNative } from '../../native';
 import { CascadeError } from '../../store/errors';
 import type { CascadeFsOps, FileAttr, FsStatfs } from '../../fs/types';
 import { errnoOf, toErrno } from './errno';
@@ -127,11 +128,28 @@ export class FuseNativeEngine {
   }
 
   private async detach(): Promise<void> {
-    if (mountEntry(this.mountpoint)) await fusermountUnmount(this.mountpoint);
+    if (mountEntry(this.mountpoint) && !this.detachInProcess()) await fusermountUnmount(this.mountpoint);
     // What fuse-native's own unmount does after fusermount; called directly because its unmount
     // fails (and keeps the process alive) when the mount is already gone.
     const thread = this.fuse?._thread;
     if (thread) nativeBinding().fuse_native_unmount(this.mountpoint, thread);
+  }
+
+  /**
+   * As root, the lazy unmount without a fusermount child: a SIGCHLD landing on one of libfuse's
+   * workers while they are cancelled can hang there, and then the daemon never learns that fusermount
+   * exited (its stop hung; see detachMount in native/src/binding/addon.cc). False: use fusermount.
+   */
+  private detachInProcess(): boolean {
+    const native = process.getuid?.() === 0 ? cascadeNative() : undefined;
+    if (native === undefined) return false;
+    try {
+      native.detachMount(this.mountpoint);
+      return true;
+    } catch (e) {
+      this.log(`unmount ${this.mountpoint} in process failed (${(e as Error).message}); using fusermount -uz`);
+      return false;
+    }
   }
 
   // ---- the adapter ----

@@ -80,6 +80,10 @@ describe('native binding', function () {
       throwsCode(() => b.fadvise(0, 0, 0, 'sometimes' as 'normal'), 'EINVAL');
       throwsCode(() => b.copyAsync(Buffer.alloc(4), 2, Buffer.alloc(4)), 'ERANGE');
       throwsCode(() => new b.Mapping('/nonexistent/cascade'), 'ESTALE');
+      throwsCode(() => b.detachMount('relative/mnt'), 'EINVAL');
+      throwsCode(() => b.detachMount(7 as unknown as string), 'EINVAL');
+      // Not a mount point: umount2 says EINVAL as root, EPERM for anyone else; nothing is unmounted.
+      throwsCode(() => b.detachMount(os.tmpdir()), process.getuid?.() === 0 ? 'EINVAL' : 'EPERM');
     } finally {
       a.close();
     }

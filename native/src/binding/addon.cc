@@ -3,6 +3,7 @@
 #include <napi.h>
 #include <openssl/opensslv.h>
 
+#include <sys/mount.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -115,11 +116,30 @@ Napi::Value PeerCredentials(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// detachMount(path): umount2(MNT_DETACH), as `fusermount -uz` does for root, without a child process.
+// fuse-native's libfuse workers leave signals unblocked and are cancelled as the mount goes: a SIGCHLD
+// from fusermount landing on one of them then can hang in libuv's handler, and the daemon never sees
+// fusermount exit (found by test/mount/model.test.ts; gdb showed the worker in uv__signal_lock).
+Napi::Value DetachMount(const Napi::CallbackInfo& info) {
+  std::string path;
+  if (!ArgString(info, 0, "path", &path)) return info.Env().Undefined();
+  if (path.empty() || path.size() >= 4096 || path[0] != '/') {
+    ThrowCode(info.Env(), "EINVAL", "detachMount: an absolute path under 4096 bytes");
+    return info.Env().Undefined();
+  }
+  if (umount2(path.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0) {
+    int e = errno;
+    ThrowCode(info.Env(), e == EPERM ? "EPERM" : e == ENOENT ? "ENOENT" : e == EINVAL ? "EINVAL" : "EIO", std::string("umount2 ") + path + ": " + std::strerror(e));
+  }
+  return info.Env().Undefined();
+}
+
 }  // namespace
 
 void InitMapping(Napi::Env env, Napi::Object exports) {
   exports.Set("Mapping", MappingWrap::Define(env));
   exports.Set("peerCredentials", Napi::Function::New(env, PeerCredentials, "peerCredentials"));
+  exports.Set("detachMount", Napi::Function::New(env, DetachMount, "detachMount"));
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
