@@ -17,7 +17,7 @@ import yargs, { type Argv } from 'yargs';
 import { KEEP_VERSIONS_DEFAULT, MiB } from '../store/constants';
 import { REMOTE_PROMOTE_AFTER_READS_DEFAULT } from '../store/remote';
 import { CascadeError, isCascadeError } from '../store/errors';
-import { GROUP_COMMIT_DELAY_MS } from '../store/meta/sqlite';
+import { GROUP_COMMIT_DELAY_MS, GROUP_COMMIT_MAX_MS } from '../store/meta/sqlite';
 import { Store, type StoreConfig, type StoreStats } from '../store/store';
 import {
   asMountFile,
@@ -312,7 +312,7 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     if (key === 'gpu-device' && !(Number.isInteger(value) && (value as number) >= 0)) throw bad('a device number (0, 1, ...)');
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota' || key === 'gpu') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
     if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
-    if (key === 'meta-group-commit-ms' && !(Number.isInteger(value) && (value as number) >= 0 && (value as number) <= 1000)) throw bad('a whole number of milliseconds, 0 to 1000');
+    if (key === 'meta-group-commit-ms' && !(Number.isInteger(value) && (value as number) >= 0 && (value as number) <= GROUP_COMMIT_MAX_MS)) throw bad(`a whole number of milliseconds, 0 to ${GROUP_COMMIT_MAX_MS}`);
     if ((key === 'kernel-cache' || key === 'page-cache' || key === 'disk-page-cache' || key === 'passthrough' || key === 'debug' || key === 'quiet') && typeof value !== 'boolean') throw bad('true or false');
     if (key === 'fuse-uring' && !(FUSE_URING_MODES as readonly unknown[]).includes(value)) throw bad(FUSE_URING_MODES.join(', '));
     if ((key === 'log-level' || key === 'log-file') && typeof value !== 'string') throw bad('a string');
@@ -365,8 +365,8 @@ async function mount(args: MountArgs): Promise<void> {
   if (args.keepVersions !== undefined && !(Number.isInteger(args.keepVersions) && args.keepVersions >= 1)) {
     throw new UsageError(`--keep-versions must be a whole number >= 1, not ${shown(args.keepVersions)}`);
   }
-  if (args.metaGroupCommitMs !== undefined && !(Number.isInteger(args.metaGroupCommitMs) && args.metaGroupCommitMs >= 0 && args.metaGroupCommitMs <= 1000)) {
-    throw new UsageError(`--meta-group-commit-ms must be a whole number of milliseconds from 0 to 1000, not ${shown(args.metaGroupCommitMs)}`);
+  if (args.metaGroupCommitMs !== undefined && !(Number.isInteger(args.metaGroupCommitMs) && args.metaGroupCommitMs >= 0 && args.metaGroupCommitMs <= GROUP_COMMIT_MAX_MS)) {
+    throw new UsageError(`--meta-group-commit-ms must be a whole number of milliseconds from 0 to ${GROUP_COMMIT_MAX_MS}, not ${shown(args.metaGroupCommitMs)}`);
   }
   if (!(ENGINES as readonly string[]).includes(args.engine)) {
     throw new CascadeError('EINVAL', `--engine must be one of ${ENGINES.join(', ')}, not ${JSON.stringify(args.engine)}`);

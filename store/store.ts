@@ -490,7 +490,7 @@ export class Store {
     const opened: { close(): Promise<void> }[] = [];
     let store: Store | undefined;
     try {
-      const meta = config.metaEngine ?? (config.meta === 'memory' ? new MemoryMeta() : openSqliteOwned(config.dataDir, config.metaGroupCommitMs ?? 0));
+      const meta = config.metaEngine ?? (config.meta === 'memory' ? new MemoryMeta() : openSqliteOwned(config.dataDir, config.metaGroupCommitMs));
       opened.push(meta);
       const token = `${os.hostname()}:${process.pid}:${crypto.randomBytes(6).toString('hex')}`;
       // Two daemons with one node name would append to one set of segments: the second is refused,
@@ -2295,7 +2295,7 @@ export class Store {
  * The data directory's SQLite metadata, held by this process alone (SQLite's exclusive lock). The holder
  * writes `owner.json` (host, pid, start), so a second process is told who holds the directory.
  */
-function openSqliteOwned(dataDir: string, groupCommitMs: number): SqliteMeta {
+function openSqliteOwned(dataDir: string, groupCommitMs: number | undefined): SqliteMeta {
   const ownerFile = path.join(dataDir, 'owner.json');
   const metaFile = path.join(dataDir, META_FILE);
   // A fresh database next to existing data would make every stored block an orphan, reclaimed at

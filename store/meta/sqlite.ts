@@ -7,8 +7,8 @@
  *
  * Group commit (`groupCommitMs`, off by default; GROUP_COMMIT_DELAY_MS is the window we measured with):
  * new versions (`commit`, a close) and inode reservations run as savepoints inside one open transaction
- * that commits `groupCommitMs` after its first mutation, at GROUP_COMMIT_MAX_MUTATIONS, at sync()/close()/snapshot, or with the next
- * mutation of any other kind. Reads on this connection (the only one: exclusive locking) see every
+ * that commits `groupCommitMs` after its first mutation, at GROUP_COMMIT_MAX_MUTATIONS, at
+ * sync()/close()/snapshot, or with the next mutation of any other kind. Reads on this connection (the only one: exclusive locking) see every
  * mutation at once; a failing mutation rolls back only its savepoint. A crash of the process loses at
  * most the open group, i.e. versions closed but not fsynced, which the contract does not promise (fsync
  * calls sync()). Every other mutation commits before it returns, with the group: a rename of an
@@ -67,6 +67,8 @@ const WAL_IDLE_CHECKPOINT_MS = 500;
 const WAL_SIZE_LIMIT_BYTES = 32 * 1024 * 1024;
 /** Group commit: the window measured (see the header; `--meta-group-commit-ms`), and the group's bound. */
 export const GROUP_COMMIT_DELAY_MS = 4;
+/** The longest window accepted: what a kill -9 may lose stays a moment of closes, not minutes. */
+export const GROUP_COMMIT_MAX_MS = 1000;
 const GROUP_COMMIT_MAX_MUTATIONS = 256;
 /** The mutations that may wait in the group (see the header); any other commits it. */
 const GROUPED_OPS: ReadonlySet<JournalOp['op']> = new Set(['commit', 'allocateInodes']);
@@ -241,8 +243,8 @@ export class SqliteMeta implements MetaEngine {
   constructor(path: string, options: SqliteMetaOptions = {}) {
     let db: Database.Database | undefined;
     const groupCommitMs = options.groupCommitMs ?? 0;
-    if (!Number.isFinite(groupCommitMs) || groupCommitMs < 0 || groupCommitMs > 1000) {
-      throw new CascadeError('EINVAL', `groupCommitMs must be 0..1000, not ${String(options.groupCommitMs)}`);
+    if (!Number.isFinite(groupCommitMs) || groupCommitMs < 0 || groupCommitMs > GROUP_COMMIT_MAX_MS) {
+      throw new CascadeError('EINVAL', `groupCommitMs must be 0..${GROUP_COMMIT_MAX_MS}, not ${String(options.groupCommitMs)}`);
     }
     this.groupCommitMs = groupCommitMs;
     try {
