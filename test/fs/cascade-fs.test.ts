@@ -553,9 +553,30 @@ describe('CascadeFs (no kernel)', function () {
     await fs.rename('/kv/m/g', '/kv/m/.fuse_hidden0000000b00000002');
     await rejectsWith(() => fs.getattr('/kv/m/g'), 'ENOENT');
     assert.equal((await fs.getattr('/kv/m/.fuse_hidden0000000b00000002')).sizeBytes, 3);
-    await fs.rmdir('/kv/m'); // succeeds: a hidden name is not a directory entry (no ENOTEMPTY)
-    await rejectsWith(() => fs.getattr('/kv/m'), 'ENOENT');
     await fs.unlink('/kv/m/.fuse_hidden0000000b00000002');
+    await rejectsWith(() => store.get('m/g'), 'ENOENT');
+    await fs.rmdir('/kv/m');
+    await rejectsWith(() => fs.getattr('/kv/m'), 'ENOENT');
+  });
+
+  it('regression (model test, fuse-native): a directory holding a hidden name is not empty until its release', async () => {
+    // Before, rmdir succeeded and libfuse could no longer build the hidden file's path: a read of the
+    // open descriptor gave ENOENT.
+    await fs.mkdir('/kv/m', 0o755);
+    await fs.mkdir('/kv/n', 0o755);
+    await writeFile(fs, '/kv/m/g', Buffer.from('bye'));
+    await fs.rename('/kv/m/g', '/kv/m/.fuse_hidden0000000b00000002'); // libfuse: unlink(g) while open
+    const t0 = Date.now();
+    await rejectsWith(() => fs.rmdir('/kv/m'), 'ENOTEMPTY');
+    assert.ok(Date.now() - t0 >= 400, 'rmdir waited for a pending release first');
+    await rejectsWith(() => fs.rename('/kv/n', '/kv/m'), 'ENOTEMPTY');
+    assert.equal((await fs.getattr('/kv/m/.fuse_hidden0000000b00000002')).sizeBytes, 3, 'the hidden file still reads');
+    // The release (libfuse's unlink of the hidden name) lands while rmdir waits: rmdir then succeeds.
+    const removing = fs.rmdir('/kv/m');
+    await new Promise((r) => setTimeout(r, 20));
+    await fs.unlink('/kv/m/.fuse_hidden0000000b00000002');
+    await removing;
+    await rejectsWith(() => fs.getattr('/kv/m'), 'ENOENT');
     await rejectsWith(() => store.get('m/g'), 'ENOENT');
   });
 
@@ -588,8 +609,11 @@ describe('CascadeFs (no kernel)', function () {
     await writeFile(fs, '/kv/m/d/f', Buffer.from('unlinked'));
     await writeFile(fs, '/kv/m/e/f', Buffer.from('moved'));
     await fs.rename('/kv/m/d/f', '/kv/m/d/.fuse_hidden0000000d00000004'); // libfuse: unlink(d/f) while open
+    await rejectsWith(() => fs.rename('/kv/m/e', '/kv/m/d'), 'ENOTEMPTY'); // d holds the hidden name
+    await fs.rename('/kv/m/d', '/kv/m/x'); // the hidden name moves along; its store name stays m/d/f
+    await fs.mkdir('/kv/m/d', 0o755);
     await fs.rename('/kv/m/e', '/kv/m/d'); // d is empty: allowed
-    await fs.unlink('/kv/m/d/.fuse_hidden0000000d00000004'); // libfuse, at the last release
+    await fs.unlink('/kv/m/x/.fuse_hidden0000000d00000004'); // libfuse, at the last release
     // Before: that release deleted m/d/f, the file moved in.
     assert.equal((await readFile(fs, '/kv/m/d/f')).toString(), 'moved');
     assert.deepEqual((await store.versions('m/d/f')).map((v) => v.version), [1], 'a new history at the name');

@@ -615,6 +615,23 @@ def _(c, want):
     os.close(fd)
 
 
+@row("rmdir.open-unlinked-file", "ok", fuse_native="ENOTEMPTY")
+def _(c, want):
+    """Found by the model test on fuse-native: rmdir succeeded there, then reads of the descriptor got ENOENT."""
+    d = c.dir("rmdir.open-unlinked-file") + "/sub"
+    os.mkdir(d)
+    body = pattern(100_000, 5)
+    write_file(d + "/f", body)
+    fd = os.open(d + "/f", os.O_RDONLY)
+    os.unlink(d + "/f")
+    expect(want, os.rmdir, d)
+    check(os.pread(fd, 200_000, 0) == body, "the open descriptor still reads the whole content")
+    os.close(fd)
+    if want != "ok":
+        os.rmdir(d)  # after the last close (fs/ waits for its release)
+    check(not os.path.exists(d), "the directory is gone")
+
+
 @row("fstat.unlinked-open-file", "ok")
 def _(c, want):
     """Found while writing this suite: the native engine answered ENOENT to fstat of an unlinked open file."""
