@@ -17,7 +17,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { KiB } from '../constants';
-import { CascadeError } from '../errors';
+import { assert, CascadeError } from '../errors';
 import { fsyncPath } from '../tiers/disk';
 import { mkdirAll } from '../mkdir';
 
@@ -75,6 +75,29 @@ export function encodeEntry(entry: JournalEntry): Buffer {
   return frame;
 }
 
+/**
+ * The entries numbered after `seq`, consecutive from seq + 1: what the journal holds beyond a database
+ * whose last entry is `seq`. Under group commit each mutation is journaled before it returns, ahead of
+ * its group's COMMIT, so after a crash these are the acknowledged mutations the database lost. Reading
+ * stops at a gap or at a bad frame (a torn tail); what lies past it is not an acknowledged mutation of
+ * this sequence.
+ */
+export function entriesAfter(dir: string, seq: number): JournalEntry[] {
+  const files = listJournalFiles(dir);
+  let start = 0;
+  for (let i = 0; i < files.length; i++) if (files[i].firstSeq <= seq + 1) start = i;
+  const out: JournalEntry[] = [];
+  for (const f of files.slice(start)) {
+    for (const e of readJournalFile(f.file).entries) {
+      const want = seq + out.length + 1;
+      if (e.seq < want) continue;
+      if (e.seq > want) return out;
+      out.push(e);
+    }
+  }
+  return out;
+}
+
 /** Appends entries to the current journal file; rotate() starts a new one. Synchronous: it runs inside a commit. */
 export class JournalWriter {
   private fd: number;
@@ -95,10 +118,6 @@ export class JournalWriter {
     this.writeFrame(encodeEntry(entry));
   }
 
-  /** Several entries in one write (a group commit's). */
-  appendMany(entries: readonly JournalEntry[]): void {
-    this.writeFrame(entries.length === 1 ? encodeEntry(entries[0]) : Buffer.concat(entries.map(encodeEntry)));
-  }
 
   private writeFrame(frame: Buffer): void {
     let done = 0;
@@ -108,6 +127,13 @@ export class JournalWriter {
 
   sync(): void {
     fs.fdatasyncSync(this.fd);
+  }
+
+  /** Cut the current file back to `fileBytes` (a mark taken from fileBytes since the last rotate). */
+  cutBack(fileBytes: number): void {
+    assert(Number.isSafeInteger(fileBytes) && fileBytes >= 0 && fileBytes <= this.bytes, `journal cut to ${fileBytes} of ${this.bytes} bytes`);
+    fs.ftruncateSync(this.fd, fileBytes);
+    this.bytes = fileBytes;
   }
 
   /** Close the current file (synced) and continue in a new one whose first entry will be `firstSeq`. */
@@ -142,10 +168,10 @@ export class JournalWriter {
 }
 
 /**
- * At open the database is the truth. After a power loss its tail and the journal's may be lost
- * unevenly: entries numbered past the database (changes the database no longer has) would later be
- * replayed in place of the new changes that reuse their numbers. They are cut off the newest file
- * (a copy of that file is kept beside it as `.beyond-<ms>`).
+ * At open (after SqliteMeta replayed what it could of entriesAfter()) the database is the truth.
+ * Entries still numbered past it (past a gap, or one that failed to apply) would later be replayed in
+ * place of the new changes that reuse their numbers. They are cut off the newest file (a copy of that
+ * file is kept beside it as `.beyond-<ms>`).
  */
 function trimBeyond(dir: string, firstSeq: number): void {
   const files = listJournalFiles(dir);

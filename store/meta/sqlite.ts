@@ -48,7 +48,7 @@ import {
   compareNames,
   prefixUpperBound,
 } from './memory';
-import { JournalWriter, type JournalEntry, type JournalOp } from './journal';
+import { entriesAfter, JournalWriter, type JournalEntry, type JournalOp } from './journal';
 
 /** Bump when the schema changes; a database with a newer one is refused (an older binary must not write it). */
 const SCHEMA_VERSION = 3;
@@ -231,8 +231,15 @@ export class SqliteMeta implements MetaEngine {
   /** Checkpoints taken while idle (stats, tests). */
   idleCheckpoints = 0;
   private readonly groupCommitMs: number;
-  /** The open group: mutations committed as savepoints, their journal entries (appended after COMMIT). */
-  private group: { mutations: number; entries: JournalEntry[]; timer: NodeJS.Timeout | undefined } | undefined;
+  /**
+   * The open group: mutations committed as savepoints, each journaled as it returns; `journalMark` is
+   * the journal file's length when the group began (a rolled-back group is cut off it again).
+   */
+  private group: { mutations: number; journalMark: number; timer: NodeJS.Timeout | undefined } | undefined;
+  /** Journal entries the database lacked at open (a crash with a group open), applied then. */
+  readonly replayedAtOpen: number = 0;
+  /** Set while those are applied: each commits on its own. */
+  private replaying = false;
   /** Groups committed (stats, tests). */
   groupCommits = 0;
 
@@ -262,12 +269,40 @@ export class SqliteMeta implements MetaEngine {
       this.txn = db.transaction((body: () => unknown) => body());
       this.stmt = prepareStatements(db);
       this.counts = this.recount();
-      // A new file at every open: the last one may end in a torn entry (kill -9).
-      if (options.journalDir !== undefined) this.journal = new JournalWriter(options.journalDir, this.journalSeq() + 1);
+      if (options.journalDir !== undefined) {
+        this.replayedAtOpen = this.replayJournal(options.journalDir);
+        // A new file at every open: the last one may end in a torn entry (kill -9).
+        this.journal = new JournalWriter(options.journalDir, this.journalSeq() + 1);
+      }
     } catch (e) {
       db?.close();
       throw mapError(e);
     }
+  }
+
+  /**
+   * Applies the journal's entries beyond the database, in order: the mutations of a group that a crash
+   * kept from committing had each been journaled before they returned. One that fails to apply stops
+   * the replay (what follows it is cut off the journal by JournalWriter, kept aside as `.beyond-<ms>`).
+   */
+  private replayJournal(dir: string): number {
+    const entries = entriesAfter(dir, this.journalSeq());
+    let applied = 0;
+    this.replaying = true;
+    try {
+      for (const { seq, ...op } of entries) {
+        try {
+          this.execute(op as JournalOp, seq);
+        } catch (e) {
+          console.error(`cascade: metadata: journal entry ${seq} (${op.op}) did not apply at open; it and ${entries.length - applied - 1} after it are set aside: ${e instanceof Error ? e.message : String(e)}`);
+          break;
+        }
+        applied++;
+      }
+    } finally {
+      this.replaying = false;
+    }
+    return applied;
   }
 
   /** Creates the schema in an empty database, accepts the current one, refuses anything else. */
@@ -674,11 +709,11 @@ export class SqliteMeta implements MetaEngine {
    * once the transaction has committed; a throw rolls back both.
    */
   private mutate<T>(op: JournalOp, replaySeq: number | undefined, body: (counts: MetaTotals) => T): T {
-    const groupable = this.groupCommitMs > 0 && !this.snapshotting && GROUPED_OPS.has(op.op);
+    const groupable = this.groupCommitMs > 0 && !this.snapshotting && !this.replaying && GROUPED_OPS.has(op.op);
     if (groupable && this.group === undefined) {
       assert(!this.db.inTransaction, 'a transaction is open outside a group');
       this.db.exec('BEGIN IMMEDIATE');
-      this.group = { mutations: 0, entries: [], timer: undefined };
+      this.group = { mutations: 0, journalMark: this.journal?.fileBytes ?? 0, timer: undefined };
     }
     const counts = { ...this.counts };
     let seq = 0;
@@ -701,15 +736,15 @@ export class SqliteMeta implements MetaEngine {
     this.counts = op.op === 'fixRefs' ? this.recount() : counts;
     this.dirty = true;
     this.scheduleIdleCheckpoint();
-    // An entry is only ever for a mutation the database holds: appended after the commit (a crash
-    // between the two loses this one entry, which the database, still intact then, does not need).
+    // Alone, an entry is for a mutation the database holds: appended after the commit (a crash between
+    // the two loses this one entry, which the database, still intact then, does not need). In a group it
+    // is appended now, ahead of the group's COMMIT: a crash before that COMMIT loses the group from the
+    // database but not from the journal, and the next open applies it again (replayJournal), so a
+    // grouped close survives kill -9 as an ungrouped one does.
     const entry = replaySeq === undefined && this.journal !== undefined ? ({ ...op, seq } as JournalEntry) : undefined;
+    if (entry !== undefined) this.journal?.append(entry);
     const group = this.group;
-    if (group === undefined) {
-      if (entry !== undefined) this.journal?.append(entry);
-      return result;
-    }
-    if (entry !== undefined) group.entries.push(entry);
+    if (group === undefined) return result;
     group.mutations++;
     if (!groupable || group.mutations >= GROUP_COMMIT_MAX_MUTATIONS) this.commitGroup();
     else group.timer ??= setTimeout(() => this.commitGroupLater(), this.groupCommitMs);
@@ -731,7 +766,6 @@ export class SqliteMeta implements MetaEngine {
     }
     this.group = undefined;
     this.groupCommits++;
-    if (group.entries.length > 0) this.journal?.appendMany(group.entries);
   }
 
   /** The group's timer: nobody waits on this commit, so a failure is logged (it loses the group). */
@@ -752,6 +786,8 @@ export class SqliteMeta implements MetaEngine {
   private groupLost(cause: unknown): void {
     const lost = this.group?.mutations ?? 0;
     clearTimeout(this.group?.timer);
+    // Its journal entries go too: numbers the database no longer has are reused by the next mutations.
+    if (this.group !== undefined) this.journal?.cutBack(this.group.journalMark);
     this.group = undefined;
     this.counts = this.recount();
     console.error(`cascade: metadata: ${lost} uncommitted mutations lost with a rolled-back group (${cause instanceof Error ? cause.message : String(cause)})`);
