@@ -68,8 +68,9 @@ export interface StoreConfig {
   pinQuotaBytes?: number;
   keepVersions?: number;
   /**
-   * SqliteMeta group commit window (SqliteMetaOptions.groupCommitMs; default 0, off): closes within it
-   * share one SQLite commit, and a kill -9 can lose the closes of the last window that were not fsynced.
+   * SqliteMeta group commit window (SqliteMetaOptions.groupCommitMs; the store's metadata has a journal,
+   * so the default is GROUP_COMMIT_DELAY_MS): closes within it share one SQLite commit; a kill -9 loses
+   * none of them (the journal has each, applied again at the next open). 0: each commits on its own.
    */
   metaGroupCommitMs?: number;
   maxBlockBytes?: number;
@@ -196,7 +197,8 @@ export interface StoreStats {
   pinned: { blocks: number; bytes: number; quotaBytes: number };
   names: number;
   versions: number;
-  recovery: { lostVersions: number; orphanBlocksRemoved: number; quarantined: number };
+  /** journalReplayed: metadata changes a crash kept from committing, applied again from the journal at open. */
+  recovery: { lostVersions: number; orphanBlocksRemoved: number; quarantined: number; journalReplayed: number };
   diskSyncFailures: number;
   /** Bytes the disk tier appended with O_DIRECT (no page-cache copy) and through the page cache. */
   diskAppends: { directBytes: number; bufferedBytes: number };
@@ -1128,6 +1130,7 @@ export class Store {
         lostVersions: this.counters.lostVersions,
         orphanBlocksRemoved: this.counters.orphanBlocksRemoved,
         quarantined: disk.recovery?.quarantined ?? 0,
+        journalReplayed: this.meta instanceof SqliteMeta ? this.meta.replayedAtOpen : 0,
       },
       diskSyncFailures: this.counters.diskSyncFailures,
       diskAppends: disk.appendedBytes?.() ?? { directBytes: 0, bufferedBytes: 0 },
@@ -2154,6 +2157,9 @@ export class Store {
     for (const { key } of this.dram.scan()) {
       if (referenced.has(key)) this.admit(key);
       else await this.dram.delete(key);
+    }
+    if (this.meta instanceof SqliteMeta && this.meta.replayedAtOpen > 0) {
+      this.warn(`recovery: ${this.meta.replayedAtOpen} metadata change(s) a crash kept from committing were applied again from the journal`);
     }
     if (this.counters.lostVersions > 0) {
       this.warn(`recovery: ${this.counters.lostVersions} version(s) whose content never reached disk were dropped`);

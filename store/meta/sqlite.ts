@@ -5,18 +5,20 @@
  * survives a crash of the process (kill -9: the WAL pages are in the OS page cache) but not a power
  * loss; sync() makes every earlier commit durable against power loss too (see there).
  *
- * Group commit (`groupCommitMs`, off by default; GROUP_COMMIT_DELAY_MS is the window we measured with):
+ * Group commit (`groupCommitMs`; by default GROUP_COMMIT_DELAY_MS with a journal, off without one):
  * new versions (`commit`, a close) and inode reservations run as savepoints inside one open transaction
  * that commits `groupCommitMs` after its first mutation, at GROUP_COMMIT_MAX_MUTATIONS, at
  * sync()/close()/snapshot, or with the next mutation of any other kind. Reads on this connection (the only one: exclusive locking) see every
- * mutation at once; a failing mutation rolls back only its savepoint. A crash of the process loses at
- * most the open group, i.e. versions closed but not fsynced, which the contract does not promise (fsync
+ * mutation at once; a failing mutation rolls back only its savepoint. Without a journal a crash of the
+ * process loses at most the open group, i.e. versions closed but not fsynced, which the contract does not promise (fsync
  * calls sync()). Every other mutation commits before it returns, with the group: a rename of an
  * fsynced file, an unlink, a pin survive kill -9 once they return, as with one commit each. One commit
  * of a small create alone appends ~8 WAL pages (four b-trees); a group shares them, which was most of
- * a create's metadata cost. Off by default because it weakens what a kill -9 keeps: without it every
- * close that returned survives a crash of the process; with it the last window's closes may not, and a
- * block shared by several names can then stay for some of them and go for others.
+ * a create's metadata cost. With a journal nothing is lost even then: each grouped mutation is
+ * journaled before it returns and the next open applies the journal's entries past the database
+ * (replayJournal), so every close that returned survives a crash of the process, grouped or not.
+ * Without a journal the open group is lost with the process, and a block shared by several names can
+ * then stay for some of them and go for others (the model test found it): off there.
  *
  * Locking: EXCLUSIVE locking mode. The totals are kept in this process and every mutation is assumed to
  * come from here, so a second process (or a second mount) on the same file must not write; it gets
@@ -65,9 +67,9 @@ const WAL_CHECKPOINT_PAGES = 8192;
 const WAL_IDLE_CHECKPOINT_MS = 500;
 /** The WAL file is cut back to this size after a checkpoint that emptied it (a burst may grow it past). */
 const WAL_SIZE_LIMIT_BYTES = 32 * 1024 * 1024;
-/** Group commit: the window measured (see the header; `--meta-group-commit-ms`), and the group's bound. */
+/** Group commit: the default window with a journal (see the header; `--meta-group-commit-ms`), and the group's bound. */
 export const GROUP_COMMIT_DELAY_MS = 4;
-/** The longest window accepted: what a kill -9 may lose stays a moment of closes, not minutes. */
+/** The longest window accepted: a group stays a moment of closes (without a journal, what a kill -9 may lose). */
 export const GROUP_COMMIT_MAX_MS = 1000;
 const GROUP_COMMIT_MAX_MUTATIONS = 256;
 /** The mutations that may wait in the group (see the header); any other commits it. */
@@ -199,7 +201,10 @@ type Statements = ReturnType<typeof prepareStatements>;
 export interface SqliteMetaOptions {
   /** Append every mutation to the metadata journal in this directory (see the header). */
   journalDir?: string;
-  /** Group commit window (see the header); 0 (the default) commits every mutation on its own. */
+  /**
+   * Group commit window (see the header); 0 commits every mutation on its own. Default:
+   * GROUP_COMMIT_DELAY_MS with a journalDir, 0 without (the journal is what makes a group crash-safe).
+   */
   groupCommitMs?: number;
 }
 
@@ -249,7 +254,7 @@ export class SqliteMeta implements MetaEngine {
 
   constructor(path: string, options: SqliteMetaOptions = {}) {
     let db: Database.Database | undefined;
-    const groupCommitMs = options.groupCommitMs ?? 0;
+    const groupCommitMs = options.groupCommitMs ?? (options.journalDir !== undefined ? GROUP_COMMIT_DELAY_MS : 0);
     if (!Number.isFinite(groupCommitMs) || groupCommitMs < 0 || groupCommitMs > GROUP_COMMIT_MAX_MS) {
       throw new CascadeError('EINVAL', `groupCommitMs must be 0..${GROUP_COMMIT_MAX_MS}, not ${String(options.groupCommitMs)}`);
     }

@@ -181,6 +181,26 @@ describe('SqliteMeta', function () {
     }
   });
 
+  it('group commit is on by default with a journal (which makes it crash-safe), off without one', async function () {
+    const journaled = SqliteMeta.open(file, { journalDir: path.join(dir, 'journal') });
+    try {
+      await journaled.commit('m/a', sha(1), 1, 1000, 8);
+      assert.equal(journaled.groupCommits, 0, 'the commit waits in an open group');
+      const deadline = Date.now() + 5000;
+      while (journaled.groupCommits === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+      assert.equal(journaled.groupCommits, 1, `the group committed after its ${GROUP_COMMIT_DELAY_MS} ms window`);
+    } finally {
+      await journaled.close();
+    }
+    const plain = SqliteMeta.open(path.join(dir, 'plain.db'));
+    try {
+      await plain.commit('m/a', sha(1), 1, 1000, 8);
+      assert.equal(plain.groupCommits, 0, 'no group: the commit committed alone');
+    } finally {
+      await plain.close();
+    }
+  });
+
   it('journal replay at open stops at an entry that does not apply and sets it and the rest aside', async function () {
     const journalDir = path.join(dir, 'journal');
     const meta = SqliteMeta.open(file, { journalDir });
