@@ -33,7 +33,7 @@ export interface MountOptions {
   /** Serve Prometheus metrics on http://host:port/metrics (mount/daemon/metrics.ts). */
   metrics?: { host: string; port: number };
   keepVersions?: number;
-  /** StoreConfig.metaGroupCommitMs (default 0: every close commits on its own). */
+  /** StoreConfig.metaGroupCommitMs (default GROUP_COMMIT_DELAY_MS, 4 ms; 0: every close commits on its own). */
   metaGroupCommitMs?: number;
   kernelCache?: boolean;
   /** Native engine: read-only opens of held blocks through the page cache (NativeEngineOptions.pageCache; default true). */

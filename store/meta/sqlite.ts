@@ -50,7 +50,7 @@ import {
   compareNames,
   prefixUpperBound,
 } from './memory';
-import { entriesAfter, JournalWriter, type JournalEntry, type JournalOp } from './journal';
+import { entriesAfter, JournalWriter, type JournalEntry, type JournalOp, type JournalReads } from './journal';
 
 /** Bump when the schema changes; a database with a newer one is refused (an older binary must not write it). */
 const SCHEMA_VERSION = 3;
@@ -275,9 +275,10 @@ export class SqliteMeta implements MetaEngine {
       this.stmt = prepareStatements(db);
       this.counts = this.recount();
       if (options.journalDir !== undefined) {
-        this.replayedAtOpen = this.replayJournal(options.journalDir);
+        const reads: JournalReads = new Map();
+        this.replayedAtOpen = this.replayJournal(options.journalDir, reads);
         // A new file at every open: the last one may end in a torn entry (kill -9).
-        this.journal = new JournalWriter(options.journalDir, this.journalSeq() + 1);
+        this.journal = new JournalWriter(options.journalDir, this.journalSeq() + 1, reads);
       }
     } catch (e) {
       db?.close();
@@ -290,8 +291,8 @@ export class SqliteMeta implements MetaEngine {
    * kept from committing had each been journaled before they returned. One that fails to apply stops
    * the replay (what follows it is cut off the journal by JournalWriter, kept aside as `.beyond-<ms>`).
    */
-  private replayJournal(dir: string): number {
-    const entries = entriesAfter(dir, this.journalSeq());
+  private replayJournal(dir: string, reads: JournalReads): number {
+    const entries = entriesAfter(dir, this.journalSeq(), reads);
     let applied = 0;
     this.replaying = true;
     try {
