@@ -121,7 +121,6 @@ export class JournalWriter {
     this.writeFrame(encodeEntry(entry));
   }
 
-
   private writeFrame(frame: Buffer): void {
     let done = 0;
     while (done < frame.length) done += fs.writeSync(this.fd, frame, done, frame.length - done);
