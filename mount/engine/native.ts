@@ -116,8 +116,12 @@ const VALIDITY: P.Validity = { entryMs: 1000, attrMs: 1000 };
 /** Requests JS takes straight from the workers (takeNext) before it lets the event loop run once. */
 const HANDOVER_CHAIN_MAX = 32;
 const NO_CACHE: P.Validity = { entryMs: 0, attrMs: 0 };
-/** A read open sent back (ESTALE) for a content conflict: the same process's open of the path this soon is its retry. */
-const CONFLICT_RETRY_MS = 50;
+/**
+ * A read open sent back (ESTALE) for a content conflict: the same process's next open of the path this soon
+ * is its retry (a loaded machine delays it by tens of ms: 50 ms let retries fail with ESTALE). The retry
+ * that opens without conflict ends the wait, so a later conflict of that process is a new one.
+ */
+const CONFLICT_RETRY_MS = 1000;
 /** (process, path) pairs remembered for that at once (then the expired go; all, should none have). */
 const CONFLICT_RETRIES_MAX = 4096;
 /** A conflicting read open waits this long for a node's writers to go (a closed writer's RELEASE), polling. */
@@ -125,6 +129,14 @@ const WRITERS_GONE_WAIT_MS = 50;
 const WRITERS_GONE_POLL_MS = 2;
 /** How long a path whose writer was sent back (ESTALE) takes no page-cache open: the writer's retry comes at once. */
 const WRITER_RETRY_HOLD_MS = 1000;
+/**
+ * How long a path takes no page-cache open (its reads direct, exact whatever size the kernel holds) after
+ * a writer of an existing file (not a create) opened or closed it. Rewrites in place beside readers of the same name (a load test with six
+ * readers on two cores) still cut a page-cache reader at another version's size a few times a minute:
+ * the kernel moves an inode's size by itself (O_TRUNC, writes, short reads) in ways no reply of ours
+ * controls. Files written once and then read (KV blocks) take the page cache from this long after.
+ */
+const WRITTEN_DIRECT_MS = 1000;
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
 /**
  * Smallest version held in the arena for reads served in C++: a file of one 1 MiB request is read
@@ -243,7 +255,7 @@ export class NativeFuseEngine {
   private readonly nodes = new NodeTable();
   private readonly holds = new Map<Handle, DramHold>();
   /** Every open file handle: its node, whether it may write, and its passthrough backing if it has one. */
-  private readonly opens = new Map<Handle, { nodeid: number; writer: boolean; backing?: Backing; pageCacheWriter?: boolean }>();
+  private readonly opens = new Map<Handle, { nodeid: number; writer: boolean; backing?: Backing; pageCacheWriter?: boolean; created?: boolean }>();
   /** (process, path) of read opens sent back for a content conflict, and when (readOpenConflict). */
   private readonly conflictRetries = new Map<string, number>();
   /** Per node: open handles with passthrough (all share one backing, a kernel rule) and without; of those, writers. */
@@ -611,12 +623,37 @@ export class NativeFuseEngine {
   private writerOpening(nodeid: number, p: string): boolean {
     const session = this.session;
     if (!this.pageCache || session === undefined) return false;
-    if (session.tryWriterOpen(nodeid)) return true;
+    // A writer that came by a node the name has left (a dentry the kernel cached before the name got a
+    // node of its own) changes the content of the name's node too, whose page-cache readers it is not
+    // counted against: that node leaves the name now (the next lookup makes a fresh one).
+    if (this.nodes.isDetached(nodeid) && this.nodes.idOf(p) !== undefined) {
+      this.invalidate(p);
+      this.nodes.removed(p);
+    }
+    if (session.tryWriterOpen(nodeid)) {
+      session.holdOffPageCache(p, WRITTEN_DIRECT_MS);
+      return true;
+    }
     // Nor may a reader's page-cache open take the new node before the writer comes back to it.
     session.holdOffPageCache(p, WRITER_RETRY_HOLD_MS);
     this.invalidate(p);
     this.nodes.removed(p);
     throw new CascadeError('ESTALE', `${p} is open for reading through the page cache: the writer gets a node of its own`);
+  }
+
+  /** A writer counted by writerOpening (or a create) is gone: a rewrite's path reads direct a while longer. */
+  private writerDone(nodeid: number, rewrite = true): void {
+    const session = this.session;
+    if (session === undefined) return;
+    session.writerReleased(nodeid);
+    if (!rewrite) return;
+    let p: string;
+    try {
+      p = this.nodes.pathOf(nodeid);
+    } catch {
+      return; // forgotten: no open of it can come
+    }
+    session.holdOffPageCache(p, WRITTEN_DIRECT_MS);
   }
 
   /** Whether nodeid has no writer open, waiting up to WRITERS_GONE_WAIT_MS for the last to go. */
@@ -875,7 +912,9 @@ export class NativeFuseEngine {
             }
             pageCacheWriter = true;
           }
-          this.track(fh, nodeid, true, undefined, pageCacheWriter);
+          // A new file: no reader had it open, so none is held off it after this writer (a KV block is
+          // usually read back at once, and through the page cache then).
+          this.track(fh, nodeid, true, undefined, pageCacheWriter, true);
           if (this.attachStage(fh)) this.stagedAttr(fh, nodeid, attr);
           return [P.entryOut(nodeid, attr, this.validity(nodeid, attr)), P.openOut(fh, this.openFlags())];
         } catch (e) {
@@ -1037,8 +1076,17 @@ export class NativeFuseEngine {
         }
       }
     }
-    if (fh === undefined) throw new CascadeError('ENOENT', `${this.nodes.pathOf(nodeid)} was removed`);
-    return { ...(await this.fsOps.getattr(this.nodes.pathOf(nodeid), fh)), nlink: 0 };
+    const p = this.nodes.pathOf(nodeid);
+    if (fh === undefined) {
+      // No open of the node is left, and nothing of it is read. Its name may still be there on a node of
+      // its own (an in-place rewrite or a content conflict gave it one): the kernel reached this node by a
+      // dentry it cached before that, in a path walk (an open's permission check). It stands for the name
+      // as it is now (an open of it opens the name; a writer's moves the name's node off: writerOpening),
+      // rather than fail an open of a file that exists (found by the page-cache race test). A name that
+      // is gone answers ENOENT.
+      return this.fsOps.getattr(p);
+    }
+    return { ...(await this.fsOps.getattr(p, fh)), nlink: 0 };
   }
 
   private openFlags(): number {
@@ -1062,7 +1110,7 @@ export class NativeFuseEngine {
     try {
       fh = checkHandle(await f.open(p, flags));
     } catch (e) {
-      if (pageCacheWriter) this.session?.writerReleased(hdr.nodeid);
+      if (pageCacheWriter) this.writerDone(hdr.nodeid);
       throw e;
     } finally {
       if (writer) this.invalidate(p); // stat shows a write session's size from its open on
@@ -1136,6 +1184,8 @@ export class NativeFuseEngine {
     // untracked). A writer that just closed is usually still counted (its RELEASE comes after close()
     // returns), so wait a moment for it first.
     if (conflict && (await this.writersGone(hdr.nodeid))) await this.readOpenConflict(fh, p, hdr.pid);
+    // A retry that opened without conflict is done: the process's next conflict is a new one.
+    else if (reading && this.conflictRetries.size > 0) this.conflictRetries.delete(`${hdr.pid}\0${p}`);
     this.track(fh, hdr.nodeid, writer, backing, pageCacheWriter);
     if (!reading && this.attachStage(fh)) this.stagedAttr(fh, hdr.nodeid, await f.getattr(p, fh));
     // The workers missed this open (not cached, or its block had left DRAM): publish what the next
@@ -1195,8 +1245,8 @@ export class NativeFuseEngine {
     for (const [fh, o] of this.opens) if (o.nodeid === nodeid && o.writer) this.session?.clearStagedAttr(fh);
   }
 
-  private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing, pageCacheWriter = false): void {
-    this.opens.set(fh, { nodeid, writer, backing, pageCacheWriter });
+  private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing, pageCacheWriter = false, created = false): void {
+    this.opens.set(fh, { nodeid, writer, backing, pageCacheWriter, created });
     this.nodes.native.jsOpens(nodeid, 1);
     const n = this.nodeOpens.get(nodeid) ?? { passthrough: 0, other: 0, writers: 0 };
     if (writer) n.writers++;
@@ -1244,7 +1294,7 @@ export class NativeFuseEngine {
     if (o === undefined) return;
     this.opens.delete(fh);
     this.nodes.native.jsOpens(o.nodeid, -1);
-    if (o.pageCacheWriter === true) this.session?.writerReleased(o.nodeid);
+    if (o.pageCacheWriter === true) this.writerDone(o.nodeid, o.created !== true);
     o.backing?.release();
     const n = this.nodeOpens.get(o.nodeid);
     if (n === undefined) return;
@@ -1290,7 +1340,7 @@ export class NativeFuseEngine {
       try {
         await f.truncate(p, size, handle);
       } finally {
-        if (counted) this.session?.writerReleased(nodeid);
+        if (counted) this.writerDone(nodeid);
       }
     }
     if ((valid & P.FATTR.MODE) !== 0) {

@@ -84,14 +84,22 @@ for size in (N, 64 << 10):  # held in the arena, and read through JS
  */
 const RACE_PY = String.raw`
 import hashlib, os, sys, time
-f = os.path.join(sys.argv[1], 'race.bin'); seconds = float(sys.argv[2])
+f = os.path.join(sys.argv[1], 'race.bin'); seconds = float(sys.argv[2]); nreaders = int(sys.argv[3]); nburners = int(sys.argv[4])
+# Processes that only burn CPU: on a loaded machine the kernel's retry of an open sent back (ESTALE)
+# comes late and path walks reach nodes through dentries cached before a rewrite (ENOENT, ESTALE and
+# cut reads were found this way, not on an idle machine).
+for k in range(nburners):
+    if os.fork() == 0:
+        end = time.time() + seconds
+        while time.time() < end: pass
+        os._exit(0)
 contents = [os.urandom(n) for n in (1 << 20, 3 << 19, 1 << 18)]
 digests = {hashlib.sha256(c).digest() for c in contents}
 def put(data):
     fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.write(fd, data); os.close(fd)
 put(contents[0])
 pids = []
-for k in range(3):
+for k in range(nreaders):
     pid = os.fork()
     if pid == 0:
         bad = reads = 0; errors = {}; end = time.time() + seconds
@@ -117,6 +125,9 @@ while time.time() < end:
     i += 1; put(contents[i % 3])
     time.sleep(0.002)  # a gap with no writer: readers' opens then use the page cache, the next writer gets ESTALE
 for p in pids: os.waitpid(p, 0)
+while True:
+    try: os.wait()
+    except ChildProcessError: break
 print('writer', i, flush=True)
 `;
 
@@ -171,26 +182,27 @@ describe('native engine: reads through the page cache (real mounts)', function (
         lines.join('\n'),
       );
       const s = engineStats(mnt);
-      if (pageCache) assert.ok(s.pageCacheOpens >= 3, `read-only opens went through the page cache: ${s.pageCacheOpens}`);
+      // The new file's first reads: every later open follows an in-place rewrite within a second, which
+      // reads direct (WRITTEN_DIRECT_MS in mount/engine/native.ts); the isolation cases above hold either way.
+      if (pageCache) assert.ok(s.pageCacheOpens >= 1, `read-only opens went through the page cache: ${s.pageCacheOpens}`);
       else assert.equal(s.pageCacheOpens, 0);
       assert.ok(s.readOpenConflicts >= 2, `readers of another version got inodes of their own: ${s.readOpenConflicts}`);
     });
   }
 
-  it('readers in three processes re-reading a file rewritten in place read whole versions only', async () => {
+  it('readers in six processes re-reading a file rewritten in place, beside two CPU-bound ones, read whole versions only and never fail', async () => {
     const mnt = await start('race');
-    const out = python(RACE_PY, [path.join(mnt, 'kv', 'm'), '4']);
+    const out = python(RACE_PY, [path.join(mnt, 'kv', 'm'), '10', '6', '2']);
     const readers = [...out.matchAll(/^reader (\d+) (\d+) (\d+) /gm)].map((m) => ({ reads: Number(m[1]), bad: Number(m[2]), errors: Number(m[3]) }));
     const writes = Number(/^writer (\d+)$/m.exec(out)?.[1]);
-    assert.equal(readers.length, 3, out);
+    assert.equal(readers.length, 6, out);
     assert.ok(writes >= 10, `the writer rewrote the file ${writes} times`);
     for (const r of readers) {
       assert.ok(r.reads >= 10, out);
       assert.equal(r.bad, 0, `a reader read mixed or short content: ${out}`);
       assert.equal(r.errors, 0, `a reader's open or read failed: ${out}`);
     }
-    const s = engineStats(mnt);
-    assert.ok(s.pageCacheOpens > 0, 'some opens used the page cache');
+    // (Reads of a name rewritten in the last second are direct: the page cache's own cases are above.)
   });
 
   it('a hot re-read is served by the page cache: no READ reaches the daemon', async () => {

@@ -826,11 +826,14 @@ uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKe
   node.pagesKey = contentKey;
   node.opens++;
   pageCacheOpens_.fetch_add(1, std::memory_order_relaxed);
-  // The kernel may hold a smaller size for the inode, still valid (a writer's, told before this open
-  // counted: AttrValidMsFor keeps the smallest). Cached reads stop at it without asking, so make it
-  // stale before the open returns; a reply about the node already on its way is dropped too (the
-  // notice raises the inode's attribute version).
-  if (node.toldUntilNs > SteadyNs() && node.toldMinSizeBytes < sizeBytes) {
+  // The kernel may hold a smaller size for the inode, still valid: one told before this open counted
+  // (AttrValidMsFor keeps the smallest), or one the kernel set itself, which no reply told: a short
+  // read of the other content last read through these pages shrinks it, as do a writer's O_TRUNC and
+  // writes (WriterReleased forgets the pages' content). Cached reads stop at it without asking (a
+  // reader of 1.5 MiB read 256 KiB under a load test), so make it stale before the open returns; a
+  // reply about the node already on its way is dropped too (the notice raises the inode's attribute
+  // version).
+  if (!keep || (node.toldUntilNs > SteadyNs() && node.toldMinSizeBytes < sizeBytes)) {
     pageCacheAttrNotices_.fetch_add(1, std::memory_order_relaxed);
     NotifyAttrsStale(nodeid);
     node.toldUntilNs = 0;  // every reply told before the notice is stale now (or dropped on arrival)
@@ -867,6 +870,9 @@ void Session::WriterReleased(uint64_t nodeid) {
   auto it = writers_.find(nodeid);
   Check(it != writers_.end() && it->second > 0, "a released writer was counted");
   if (--it->second == 0) writers_.erase(it);
+  // The writer moved the inode's size and pages (O_TRUNC, writes): the next page-cache open keeps none.
+  auto node = cachedNodes_.find(nodeid);
+  if (node != cachedNodes_.end()) node->second.pagesKey = 0;
 }
 
 void Session::HoldOffPageCache(const std::string& path, uint64_t holdMs) {
