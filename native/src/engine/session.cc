@@ -397,6 +397,19 @@ void Session::Handle(uint8_t* message, size_t lengthBytes) {
         }
       }
       break;
+    case FUSE_GETXATTR:
+      // The kernel asks for security.capability before each truncate of an existing file (an O_TRUNC
+      // rewrite): none is kept here, so answer as JS does (EOPNOTSUPP) without a trip through JS.
+      if (lengthBytes > sizeof(fuse_in_header) + sizeof(fuse_getxattr_in)) {
+        static constexpr char kCapability[] = "security.capability";
+        const char* name = reinterpret_cast<const char*>(message + sizeof(fuse_in_header) + sizeof(fuse_getxattr_in));
+        const size_t room = lengthBytes - sizeof(fuse_in_header) - sizeof(fuse_getxattr_in);
+        if (room >= sizeof kCapability && memcmp(name, kCapability, sizeof kCapability) == 0) {
+          ReplyError(in->unique, EOPNOTSUPP);
+          return;
+        }
+      }
+      break;
     case FUSE_IOCTL:
       // No ioctl is implemented: answer as a plain file does, here. Python's open() asks isatty()
       // (TCGETS) of every file it opens, so this was one JS trip per file created.
@@ -846,6 +859,7 @@ uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKe
 bool Session::HeldOffLocked(uint64_t nodeid) {
   auto w = writers_.find(nodeid);
   if (w != writers_.end() && w->second > 0) return true;
+  if (heldOffAllUntilNs_ > SteadyNs()) return true;  // the table overflowed: every path is held off
   if (heldOff_.empty() || !options_.meta) return false;
   std::string path;
   bool detached;
@@ -881,8 +895,13 @@ void Session::HoldOffPageCache(const std::string& path, uint64_t holdMs) {
   if (heldOff_.size() >= kHeldOffPathsMax) {
     for (auto it = heldOff_.begin(); it != heldOff_.end();) it = it->second <= now ? heldOff_.erase(it) : std::next(it);
   }
-  if (heldOff_.size() >= kHeldOffPathsMax) heldOff_.clear();  // all live: the writers retry, readers read direct meanwhile
-  heldOff_[path] = now + static_cast<int64_t>(std::min<uint64_t>(holdMs, 60'000)) * 1'000'000;
+  if (heldOff_.size() >= kHeldOffPathsMax) {
+    // All live: the paths are forgotten, and every path is held off for as long as any could have been
+    // (its reads direct, exact), rather than let a forgotten one take the page cache at once.
+    for (const auto& [heldPath, untilNs] : heldOff_) heldOffAllUntilNs_ = std::max(heldOffAllUntilNs_, untilNs);
+    heldOff_.clear();
+  }
+  heldOff_[path] = now + static_cast<int64_t>(std::min<uint64_t>(holdMs, kHeldOffMaxMs)) * 1'000'000;
 }
 
 void Session::ForgetToldSize(uint64_t nodeid) {

@@ -48,6 +48,7 @@ constexpr size_t kNativeOpensMax = 1 << 20;       // opens answered natively at 
 constexpr size_t kNativeDirsMax = 4096;           // directories opened natively at once (each a snapshot)
 constexpr size_t kTouchedMax = 1 << 16;           // arena blocks opened natively, not yet told to JS
 constexpr size_t kCachedNodesMax = 1 << 20;       // nodes whose page-cache content is tracked (then direct I/O)
+constexpr uint64_t kHeldOffMaxMs = 60'000;           // the longest hold HoldOffPageCache takes
 constexpr size_t kHeldOffPathsMax = 4096;         // paths held off the page cache at once (HoldOffPageCache)
 // ReadOpenFlags: another content is open on the node (no open_out flags are all ones).
 constexpr uint32_t kReadOpenConflict = 0xFFFFFFFFu;
@@ -363,6 +364,7 @@ class Session {
   std::unordered_map<uint64_t, CachedHandle> cachedHandles_;
   std::unordered_map<uint64_t, uint64_t> writers_;        // nodeid -> writers open
   std::unordered_map<std::string, int64_t> heldOff_;      // path -> until (SteadyNs)
+  int64_t heldOffAllUntilNs_ = 0;                         // every path held off until then (heldOff_ overflowed)
 
   mutable std::shared_mutex negotiatedMutex_;
   Negotiated negotiated_;
