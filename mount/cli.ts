@@ -279,6 +279,13 @@ interface MountArgs extends CommonArgs {
   metrics?: string;
 }
 
+/** Numeric mount options checked alike from the command line and from a config file. */
+const KEEP_VERSIONS_RULE = { ok: (v: unknown) => Number.isInteger(v) && (v as number) >= 1, want: 'a whole number >= 1' };
+const GROUP_COMMIT_RULE = {
+  ok: (v: unknown) => Number.isInteger(v) && (v as number) >= 0 && (v as number) <= GROUP_COMMIT_MAX_MS,
+  want: `a whole number of milliseconds from 0 to ${GROUP_COMMIT_MAX_MS}`,
+};
+
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
 const MOUNT_CONFIG_KEYS = [
   'data', 'dram', 'dram-watermarks', 'disk', 'pin-quota', 'keep-versions', 'meta-group-commit-ms', 'kernel-cache', 'page-cache', 'disk-page-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
@@ -311,8 +318,8 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     if (key === 'remote-promote-after' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
     if (key === 'gpu-device' && !(Number.isInteger(value) && (value as number) >= 0)) throw bad('a device number (0, 1, ...)');
     if ((key === 'dram' || key === 'disk' || key === 'pin-quota' || key === 'gpu') && typeof value !== 'string' && typeof value !== 'number') throw bad('a size such as "8G" or a byte count');
-    if (key === 'keep-versions' && !(Number.isInteger(value) && (value as number) >= 1)) throw bad('a whole number >= 1');
-    if (key === 'meta-group-commit-ms' && !(Number.isInteger(value) && (value as number) >= 0 && (value as number) <= GROUP_COMMIT_MAX_MS)) throw bad(`a whole number of milliseconds, 0 to ${GROUP_COMMIT_MAX_MS}`);
+    if (key === 'keep-versions' && !KEEP_VERSIONS_RULE.ok(value)) throw bad(KEEP_VERSIONS_RULE.want);
+    if (key === 'meta-group-commit-ms' && !GROUP_COMMIT_RULE.ok(value)) throw bad(GROUP_COMMIT_RULE.want);
     if ((key === 'kernel-cache' || key === 'page-cache' || key === 'disk-page-cache' || key === 'passthrough' || key === 'debug' || key === 'quiet') && typeof value !== 'boolean') throw bad('true or false');
     if (key === 'fuse-uring' && !(FUSE_URING_MODES as readonly unknown[]).includes(value)) throw bad(FUSE_URING_MODES.join(', '));
     if ((key === 'log-level' || key === 'log-file') && typeof value !== 'string') throw bad('a string');
@@ -362,11 +369,11 @@ export function parseWatermarks(text: string): { low: number; high: number } {
 
 async function mount(args: MountArgs): Promise<void> {
   if (mountConfigError !== undefined) throw mountConfigError;
-  if (args.keepVersions !== undefined && !(Number.isInteger(args.keepVersions) && args.keepVersions >= 1)) {
-    throw new UsageError(`--keep-versions must be a whole number >= 1, not ${shown(args.keepVersions)}`);
+  if (args.keepVersions !== undefined && !KEEP_VERSIONS_RULE.ok(args.keepVersions)) {
+    throw new UsageError(`--keep-versions must be ${KEEP_VERSIONS_RULE.want}, not ${shown(args.keepVersions)}`);
   }
-  if (args.metaGroupCommitMs !== undefined && !(Number.isInteger(args.metaGroupCommitMs) && args.metaGroupCommitMs >= 0 && args.metaGroupCommitMs <= GROUP_COMMIT_MAX_MS)) {
-    throw new UsageError(`--meta-group-commit-ms must be a whole number of milliseconds from 0 to ${GROUP_COMMIT_MAX_MS}, not ${shown(args.metaGroupCommitMs)}`);
+  if (args.metaGroupCommitMs !== undefined && !GROUP_COMMIT_RULE.ok(args.metaGroupCommitMs)) {
+    throw new UsageError(`--meta-group-commit-ms must be ${GROUP_COMMIT_RULE.want}, not ${shown(args.metaGroupCommitMs)}`);
   }
   if (!(ENGINES as readonly string[]).includes(args.engine)) {
     throw new CascadeError('EINVAL', `--engine must be one of ${ENGINES.join(', ')}, not ${JSON.stringify(args.engine)}`);

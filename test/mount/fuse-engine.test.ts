@@ -759,7 +759,7 @@ describe('mount/cli: mount and unmount', function () {
       fs.writeFileSync(file, JSON.stringify({ metaGroupCommitMs: 4 }));
       assert.deepEqual(loadMountConfig(file), { 'meta-group-commit-ms': 4 });
       fs.writeFileSync(file, JSON.stringify({ 'meta-group-commit-ms': 5000 }));
-      assert.throws(() => loadMountConfig(file), /"meta-group-commit-ms" must be a whole number of milliseconds, 0 to 1000/);
+      assert.throws(() => loadMountConfig(file), /"meta-group-commit-ms" must be a whole number of milliseconds from 0 to 1000/);
       fs.writeFileSync(file, JSON.stringify({ disk: true }));
       assert.throws(() => loadMountConfig(file), /"disk" must be a size/);
       fs.writeFileSync(file, JSON.stringify({ 'kernel-cache': 'yes' }));
