@@ -371,6 +371,11 @@ export class CascadeFs implements CascadeFsOps {
     return { attr: this.versionAttr(v), blockHandle: this.store.dramHandleOf(v.sha256) };
   }
 
+  writing(path: string): boolean {
+    const p = this.parseLocal(path);
+    return p !== undefined && p.kind === 'kv' && this.staging.has(p.rel);
+  }
+
   watchDirs(w: DirWatcher | undefined): boolean {
     if (this.options.sharedNamespace) return false; // other nodes change names: nothing here is the whole truth
     this.dirWatcher = w;

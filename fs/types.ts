@@ -138,6 +138,11 @@ export interface CascadeFsOps {
    */
   stableAttr?(path: string): Promise<StableAttr | undefined>;
   /**
+   * Whether the file at `path` has a write session open now: its attributes show the session's size
+   * until it commits, so an engine must not let a reader's page cache trust them. Optional.
+   */
+  writing?(path: string): boolean;
+  /**
    * An engine's directory listings and directory attributes: `w` is told, synchronously and before the
    * request that made the change is answered, of every entry added to or removed from a directory under
    * /kv and of directories that moved or went (absolute paths, e.g. /kv/llama). False where names also

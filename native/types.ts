@@ -388,6 +388,8 @@ export interface NativeFuseSessionBinding {
    */
   tryWriterOpen(nodeid: number): boolean;
   writerReleased(nodeid: number): void;
+  /** Whether any open of the node reads through the page cache now. */
+  hasPageCacheOpens(nodeid: number): boolean;
   /** The node at path takes no page-cache open for holdMs (a writer was sent to look the path up again). */
   holdOffPageCache(path: string, holdMs: number): void;
   /**

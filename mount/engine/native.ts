@@ -130,11 +130,14 @@ const WRITERS_GONE_POLL_MS = 2;
 /** How long a path whose writer was sent back (ESTALE) takes no page-cache open: the writer's retry comes at once. */
 const WRITER_RETRY_HOLD_MS = 1000;
 /**
- * How long a path takes no page-cache open (its reads direct, exact whatever size the kernel holds) after
- * a writer of an existing file (not a create) opened or closed it. Rewrites in place beside readers of the same name (a load test with six
- * readers on two cores) still cut a page-cache reader at another version's size a few times a minute:
- * the kernel moves an inode's size by itself (O_TRUNC, writes, short reads) in ways no reply of ours
- * controls. Files written once and then read (KV blocks) take the page cache from this long after.
+ * How long a path takes no page-cache open (its reads direct, exact) after a writer of an existing file
+ * (not a create) opened or closed it. A load test (six readers beside a rewriter in place every 2 ms,
+ * two CPU-bound processes, two cores) cut page-cache readers at another version's size: the kernel
+ * applies the size of any reply, even one that expires at once, and a write session on a node the name
+ * had left told the name's new node its size (fixed: such opens read direct, and a change of a name
+ * moves a node with page-cache readers off it). Without this hold it still showed, about once in 100 s,
+ * a reader of one version reading another's first 512 KiB through the page cache (cause not found;
+ * never with --no-page-cache). Files written once and read (KV blocks) take the page cache at once.
  */
 const WRITTEN_DIRECT_MS = 1000;
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
@@ -720,6 +723,12 @@ export class NativeFuseEngine {
    * for a directory removed or renamed, from everything under it) and from its parent's (its times).
    */
   private invalidate(p: string, subtree = false): void {
+    // Readers that read p's node through the page cache read the content they opened; the change may
+    // give p another (a commit by a writer on a node the name has left, a link by hash). Any later reply
+    // about p would tell their inode the new size, and the kernel applies a size even in a reply that
+    // expires at once (it cut such readers' pages under a load test): p gets a fresh node instead.
+    const id = this.pageCache ? this.nodes.idOf(p) : undefined;
+    if (id !== undefined && this.session?.hasPageCacheOpens(id) === true) this.nodes.removed(p);
     if (!this.caching) return;
     this.nodes.native.invalidate(p, subtree);
     if (this.watching) return; // the parent, where it changed, was dropped by the directory watcher
@@ -1160,7 +1169,10 @@ export class NativeFuseEngine {
           backing = await this.passthroughFor(hdr.nodeid, first);
           // Through the page cache where no other content of this inode is read that way now.
           if (backing === undefined && this.trackReads && first.arenaHandle !== undefined) {
-            const flags = this.session!.readOpenFlags(hdr.nodeid, fh, first.arenaHandle, first.version.sizeBytes, true);
+            // Not while the name has a write session open (on a node it has left: this node's every
+            // GETATTR shows the session's size, which would cut this reader's page cache).
+            const cacheable = f.writing?.(p) !== true;
+            const flags = this.session!.readOpenFlags(hdr.nodeid, fh, first.arenaHandle, first.version.sizeBytes, cacheable);
             tracked = true;
             if (flags === null) conflict = true;
             else openFlags = flags;

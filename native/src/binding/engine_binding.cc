@@ -174,6 +174,7 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
                            InstanceMethod<&FuseSessionWrap::ReadOpenFlags>("readOpenFlags"),
                            InstanceMethod<&FuseSessionWrap::AttrValidMs>("attrValidMs"),
                            InstanceMethod<&FuseSessionWrap::TryWriterOpen>("tryWriterOpen"),
+                           InstanceMethod<&FuseSessionWrap::HasPageCacheOpens>("hasPageCacheOpens"),
                            InstanceMethod<&FuseSessionWrap::WriterReleased>("writerReleased"),
                            InstanceMethod<&FuseSessionWrap::HoldOffPageCache>("holdOffPageCache"),
                            InstanceMethod<&FuseSessionWrap::SetStagedAttr>("setStagedAttr"),
@@ -482,6 +483,16 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     Session* s = Live(env);
     if (s == nullptr) return env.Undefined();
     return Napi::Boolean::New(env, s->TryWriterOpen(nodeid));
+  }
+
+  // hasPageCacheOpens(nodeid) -> bool (Session::HasPageCacheOpens).
+  Napi::Value HasPageCacheOpens(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    uint64_t nodeid;
+    if (!ArgU64(info, 0, "nodeid", &nodeid)) return env.Undefined();
+    Session* s = Live(env);
+    if (s == nullptr) return env.Undefined();
+    return Napi::Boolean::New(env, s->HasPageCacheOpens(nodeid));
   }
 
   Napi::Value WriterReleased(const Napi::CallbackInfo& info) {

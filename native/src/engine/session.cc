@@ -879,6 +879,12 @@ bool Session::TryWriterOpen(uint64_t nodeid) {
   return true;
 }
 
+bool Session::HasPageCacheOpens(uint64_t nodeid) {
+  std::lock_guard<std::mutex> lock(pageCacheMutex_);
+  auto it = cachedNodes_.find(nodeid);
+  return it != cachedNodes_.end() && it->second.opens > 0;
+}
+
 void Session::WriterReleased(uint64_t nodeid) {
   std::lock_guard<std::mutex> lock(pageCacheMutex_);
   auto it = writers_.find(nodeid);

@@ -236,6 +236,8 @@ class Session {
   // reader beside a writer would have its reads cut at the writer's size.
   bool TryWriterOpen(uint64_t nodeid);
   void WriterReleased(uint64_t nodeid);
+  // Whether any open of the node reads through the page cache now (their content is the node's).
+  bool HasPageCacheOpens(uint64_t nodeid);
   // The node at path (whatever its id will be) takes no page-cache open for holdMs: a writer was
   // turned away (ESTALE) to look the path up again and open the new node it finds.
   void HoldOffPageCache(const std::string& path, uint64_t holdMs);
