@@ -132,12 +132,13 @@ const WRITER_RETRY_HOLD_MS = 1000;
 /**
  * How long a path takes no page-cache open (its reads direct, exact) after a writer of an existing file
  * (not a create) opened or closed it. A load test (six readers beside a rewriter in place every 2 ms,
- * two CPU-bound processes, two cores) cut page-cache readers at another version's size: the kernel
- * applies the size of any reply, even one that expires at once, and a write session on a node the name
- * had left told the name's new node its size (fixed: such opens read direct, and a change of a name
- * moves a node with page-cache readers off it). Without this hold it still showed, about once in 100 s,
- * a reader of one version reading another's first 512 KiB through the page cache (cause not found;
- * never with --no-page-cache). Files written once and read (KV blocks) take the page cache at once.
+ * two CPU-bound processes, two cores) found four ways a page-cache reader read another version's size
+ * or pages, all fixed: a write session on a node the name had left told the name's new node its size;
+ * the kernel applies the size of any reply, even one that expires at once; a GETATTR of a node the name
+ * had left answered from a reader of another content; and an open kept the pages while the open before
+ * it, which drops them, had not yet dropped them (Session::PagesRead). Without this hold the test then
+ * ran 160 s clean (before: one bad read in about 100 s); it stays as a margin until longer runs say it
+ * can go. Files written once and read (KV blocks) take the page cache at once.
  */
 const WRITTEN_DIRECT_MS = 1000;
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
@@ -258,7 +259,10 @@ export class NativeFuseEngine {
   private readonly nodes = new NodeTable();
   private readonly holds = new Map<Handle, DramHold>();
   /** Every open file handle: its node, whether it may write, and its passthrough backing if it has one. */
-  private readonly opens = new Map<Handle, { nodeid: number; writer: boolean; backing?: Backing; pageCacheWriter?: boolean; created?: boolean }>();
+  private readonly opens = new Map<
+    Handle,
+    { nodeid: number; writer: boolean; backing?: Backing; pageCacheWriter?: boolean; created?: boolean; otherContent?: boolean }
+  >();
   /** (process, path) of read opens sent back for a content conflict, and when (readOpenConflict). */
   private readonly conflictRetries = new Map<string, number>();
   /** Per node: open handles with passthrough (all share one backing, a kernel rule) and without; of those, writers. */
@@ -1078,12 +1082,18 @@ export class NativeFuseEngine {
   private async detachedAttr(nodeid: number, handle: Handle | undefined): Promise<FileAttr> {
     let fh = handle;
     if (fh === undefined) {
+      // A reader of the node's own content: the kernel applies this size to the inode whose page cache
+      // its readers read (one that reads another content, direct, would cut them: found by the load test).
+      let other: Handle | undefined;
       for (const [h, o] of this.opens) {
-        if (o.nodeid === nodeid) {
+        if (o.nodeid !== nodeid) continue;
+        if (o.otherContent !== true) {
           fh = h;
           break;
         }
+        other ??= h;
       }
+      fh ??= other;
     }
     const p = this.nodes.pathOf(nodeid);
     if (fh === undefined) {
@@ -1198,7 +1208,8 @@ export class NativeFuseEngine {
     if (conflict && (await this.writersGone(hdr.nodeid))) await this.readOpenConflict(fh, p, hdr.pid);
     // A retry that opened without conflict is done: the process's next conflict is a new one.
     else if (reading && this.conflictRetries.size > 0) this.conflictRetries.delete(`${hdr.pid}\0${p}`);
-    this.track(fh, hdr.nodeid, writer, backing, pageCacheWriter);
+    // conflict here: it reads another content than the node's, direct and untracked (see detachedAttr).
+    this.track(fh, hdr.nodeid, writer, backing, pageCacheWriter, false, conflict);
     if (!reading && this.attachStage(fh)) this.stagedAttr(fh, hdr.nodeid, await f.getattr(p, fh));
     // The workers missed this open (not cached, or its block had left DRAM): publish what the next
     // open can be answered from.
@@ -1257,8 +1268,8 @@ export class NativeFuseEngine {
     for (const [fh, o] of this.opens) if (o.nodeid === nodeid && o.writer) this.session?.clearStagedAttr(fh);
   }
 
-  private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing, pageCacheWriter = false, created = false): void {
-    this.opens.set(fh, { nodeid, writer, backing, pageCacheWriter, created });
+  private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing, pageCacheWriter = false, created = false, otherContent = false): void {
+    this.opens.set(fh, { nodeid, writer, backing, pageCacheWriter, created, otherContent });
     this.nodes.native.jsOpens(nodeid, 1);
     const n = this.nodeOpens.get(nodeid) ?? { passthrough: 0, other: 0, writers: 0 };
     if (writer) n.writers++;

@@ -238,6 +238,8 @@ class Session {
   void WriterReleased(uint64_t nodeid);
   // Whether any open of the node reads through the page cache now (their content is the node's).
   bool HasPageCacheOpens(uint64_t nodeid);
+  // A READ of a page-cache open arrived: its open() returned, so the pages it dropped are gone.
+  void PagesRead(uint64_t fh);
   // The node at path (whatever its id will be) takes no page-cache open for holdMs: a writer was
   // turned away (ESTALE) to look the path up again and open the new node it finds.
   void HoldOffPageCache(const std::string& path, uint64_t holdMs);
@@ -353,6 +355,10 @@ class Session {
     uint64_t readers = 0;     // tracked read opens, cached or direct
     uint64_t opens = 0;       // of those, page-cache opens
     uint64_t pagesKey = 0;    // the content whose pages the kernel may cache for the node (0: unknown)
+    // Whether a page-cache open of pagesKey has read since pagesKey was set by an open that drops the
+    // pages (no FOPEN_KEEP_CACHE): the kernel drops them in the opener's open(), after our reply, so
+    // until one such opener reads, another content's pages may still be there (PagesRead).
+    bool pagesDropped = false;
     // The smallest size an attribute reply gave the kernel for the node, valid until toldUntilNs.
     uint64_t toldMinSizeBytes = 0;
     int64_t toldUntilNs = 0;
