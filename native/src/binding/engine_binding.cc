@@ -173,8 +173,8 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
                            InstanceMethod<&FuseSessionWrap::MarkReadOnly>("markReadOnly"),
                            InstanceMethod<&FuseSessionWrap::ReadOpenFlags>("readOpenFlags"),
                            InstanceMethod<&FuseSessionWrap::AttrValidMs>("attrValidMs"),
-                           InstanceMethod<&FuseSessionWrap::TryWriterOpen>("tryWriterOpen"),
-                           InstanceMethod<&FuseSessionWrap::HasPageCacheOpens>("hasPageCacheOpens"),
+                           InstanceMethod<&FuseSessionWrap::NodeQuery<&Session::TryWriterOpen>>("tryWriterOpen"),
+                           InstanceMethod<&FuseSessionWrap::NodeQuery<&Session::HasPageCacheOpens>>("hasPageCacheOpens"),
                            InstanceMethod<&FuseSessionWrap::WriterReleased>("writerReleased"),
                            InstanceMethod<&FuseSessionWrap::HoldOffPageCache>("holdOffPageCache"),
                            InstanceMethod<&FuseSessionWrap::SetStagedAttr>("setStagedAttr"),
@@ -475,24 +475,16 @@ class FuseSessionWrap : public Napi::ObjectWrap<FuseSessionWrap> {
     return Napi::Number::New(env, static_cast<double>(s->AttrValidMsFor(nodeid, size)));
   }
 
-  // tryWriterOpen(nodeid) -> bool (Session::TryWriterOpen); writerReleased(nodeid) undoes it.
-  Napi::Value TryWriterOpen(const Napi::CallbackInfo& info) {
+  // f(nodeid) -> bool for a Session method of that shape: tryWriterOpen (Session::TryWriterOpen;
+  // writerReleased(nodeid) undoes it) and hasPageCacheOpens (Session::HasPageCacheOpens).
+  template <bool (Session::*Method)(uint64_t)>
+  Napi::Value NodeQuery(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     uint64_t nodeid;
     if (!ArgU64(info, 0, "nodeid", &nodeid)) return env.Undefined();
     Session* s = Live(env);
     if (s == nullptr) return env.Undefined();
-    return Napi::Boolean::New(env, s->TryWriterOpen(nodeid));
-  }
-
-  // hasPageCacheOpens(nodeid) -> bool (Session::HasPageCacheOpens).
-  Napi::Value HasPageCacheOpens(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    uint64_t nodeid;
-    if (!ArgU64(info, 0, "nodeid", &nodeid)) return env.Undefined();
-    Session* s = Live(env);
-    if (s == nullptr) return env.Undefined();
-    return Napi::Boolean::New(env, s->HasPageCacheOpens(nodeid));
+    return Napi::Boolean::New(env, (s->*Method)(nodeid));
   }
 
   Napi::Value WriterReleased(const Napi::CallbackInfo& info) {

@@ -48,7 +48,7 @@ constexpr size_t kNativeOpensMax = 1 << 20;       // opens answered natively at 
 constexpr size_t kNativeDirsMax = 4096;           // directories opened natively at once (each a snapshot)
 constexpr size_t kTouchedMax = 1 << 16;           // arena blocks opened natively, not yet told to JS
 constexpr size_t kCachedNodesMax = 1 << 20;       // nodes whose page-cache content is tracked (then direct I/O)
-constexpr uint64_t kHeldOffMaxMs = 60'000;           // the longest hold HoldOffPageCache takes
+constexpr uint64_t kHeldOffMaxMs = 60'000;         // the longest hold HoldOffPageCache takes
 constexpr size_t kHeldOffPathsMax = 4096;         // paths held off the page cache at once (HoldOffPageCache)
 // ReadOpenFlags: another content is open on the node (no open_out flags are all ones).
 constexpr uint32_t kReadOpenConflict = 0xFFFFFFFFu;
