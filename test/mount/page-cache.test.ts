@@ -205,6 +205,24 @@ describe('native engine: reads through the page cache (real mounts)', function (
     // (Reads of a name rewritten in the last second are direct: the page cache's own cases are above.)
   });
 
+  it('opens of a file nobody reads make its attributes stale once, not at every open', async () => {
+    const mnt = await start('unread');
+    const f = path.join(mnt, 'kv', 'm', 'unread');
+    fs.writeFileSync(f, Buffer.alloc(64 << 10, 3));
+    const before = engineStats(mnt);
+    const opens = 200;
+    for (let i = 0; i < opens; i++) fs.closeSync(fs.openSync(f, 'r'));
+    const after = engineStats(mnt);
+    assert.ok(after.pageCacheOpens - before.pageCacheOpens >= opens, 'the opens went through the page cache');
+    // One for the content's first page-cache open (the writer's RELEASE may still be on its way, so that
+    // is not always the first open here), none for the others.
+    const notices = after.pageCacheAttrNotices - before.pageCacheAttrNotices;
+    assert.ok(notices <= 1, `${notices} attribute notices for ${opens} opens of one content`);
+    // A notice at each open made the next open's permission check ask GETATTR (one per open).
+    assert.ok(after.servedGetattrs - before.servedGetattrs < opens / 10, `GETATTRs: ${after.servedGetattrs - before.servedGetattrs} for ${opens} opens`);
+    assert.ok(fs.readFileSync(f).equals(Buffer.alloc(64 << 10, 3)), 'and a read after them reads the content');
+  });
+
   it('a hot re-read is served by the page cache: no READ reaches the daemon', async () => {
     const mnt = await start('hot');
     const f = path.join(mnt, 'kv', 'm', 'hot');
