@@ -219,8 +219,6 @@ export interface NativeMetaTableBinding {
   /** The node's path; ESTALE for a node the kernel forgot. */
   pathOf(id: number): string;
   isDetached(id: number): boolean;
-  /** +1 at each open JS answers of node id, -1 at its release (GETATTR of a detached node JS has open goes to JS). */
-  jsOpens(id: number, delta: 1 | -1): void;
   idOf(path: string): number | undefined;
   removed(path: string): void;
   renamed(from: string, to: string): void;

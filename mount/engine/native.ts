@@ -130,16 +130,25 @@ const WRITERS_GONE_POLL_MS = 2;
 /** How long a path whose writer was sent back (ESTALE) takes no page-cache open: the writer's retry comes at once. */
 const WRITER_RETRY_HOLD_MS = 1000;
 /**
- * How long a path takes no page-cache open (its reads direct, exact) after a writer of an existing file
- * (not a create) opened or closed it. A load test (six readers beside a rewriter in place every 2 ms,
- * two CPU-bound processes, two cores) found four ways a page-cache reader read another version's size
- * or pages, all fixed: a write session on a node the name had left told the name's new node its size;
- * the kernel applies the size of any reply, even one that expires at once; a GETATTR of a node the name
- * had left answered from a reader of another content; and an open kept the pages while the open before
- * it, which drops them, had not yet dropped them (Session::PagesRead). Without this hold the test still
- * reads wrong bytes now and then (160 s clean, then 3 bad reads in 320 s; before those fixes about one
- * per 100 s), so it stays: some cause is still unknown. Files written once and read (KV blocks) take
- * the page cache at once.
+ * A path with a write session of an existing file (a writer's open, a truncate by path; not a create)
+ * takes no page-cache open (its reads direct, exact) for the whole session: the C++ workers do not see
+ * JS's write sessions, and JS's replies about the name during one carry the writer's size, which the
+ * kernel applies even to an inode that page-cache readers read (the load test below: a reader cut at a
+ * writer's 384 KiB, with the hold ended at the writer's open). The longest hold the session takes; the
+ * writer's release shortens it to WRITTEN_DIRECT_MS.
+ */
+const WRITE_SESSION_HOLD_MS = 60_000;
+/**
+ * How long a path takes no page-cache open after such a session closed. A load test (six readers
+ * beside a rewriter in place every 2 ms, two CPU-bound processes, two cores) found five ways a
+ * page-cache reader read another version's size or pages, all fixed: a write session on a node the
+ * name had left told the name's new node its size; the kernel applies the size of any reply, even one
+ * that expires at once; a GETATTR of a node the name had left answered from a reader of another content
+ * (in JS, and in C++ since: a native reader of the node's content answers first); an open kept the pages
+ * while the open before it, which drops them, had not yet dropped them (Session::PagesRead); and a hold
+ * that ended before its session. With all fixed and no hold after close, 0 bad reads in 22 runs of
+ * 20 s (1,200 page-cache opens a run; 1 in 160-400 s before the last two). Kept as a margin, since
+ * 440 s is no proof; files written once and read (KV blocks) take the page cache at once.
  */
 const WRITTEN_DIRECT_MS = 1000;
 const PASSTHROUGH_CACHE_BYTES_DEFAULT = 1024 * 1024 * 1024;
@@ -262,8 +271,10 @@ export class NativeFuseEngine {
   /** Every open file handle: its node, whether it may write, and its passthrough backing if it has one. */
   private readonly opens = new Map<
     Handle,
-    { nodeid: number; writer: boolean; backing?: Backing; pageCacheWriter?: boolean; created?: boolean; otherContent?: boolean }
+    { nodeid: number; writer: boolean; backing?: Backing; pageCacheWriter?: boolean; otherContent?: boolean; sessionPath?: string }
   >();
+  /** Write sessions of existing files open per path (writerOpening to writerDone): each holds the path off the page cache. */
+  private readonly writeSessions = new Map<string, number>();
   /** (process, path) of read opens sent back for a content conflict, and when (readOpenConflict). */
   private readonly conflictRetries = new Map<string, number>();
   /** Per node: open handles with passthrough (all share one backing, a kernel rule) and without; of those, writers. */
@@ -639,7 +650,8 @@ export class NativeFuseEngine {
       this.nodes.removed(p);
     }
     if (session.tryWriterOpen(nodeid)) {
-      session.holdOffPageCache(p, WRITTEN_DIRECT_MS);
+      this.writeSessions.set(p, (this.writeSessions.get(p) ?? 0) + 1);
+      session.holdOffPageCache(p, WRITE_SESSION_HOLD_MS);
       return true;
     }
     // Nor may a reader's page-cache open take the new node before the writer comes back to it.
@@ -649,19 +661,29 @@ export class NativeFuseEngine {
     throw new CascadeError('ESTALE', `${p} is open for reading through the page cache: the writer gets a node of its own`);
   }
 
-  /** A writer counted by writerOpening (or a create) is gone: a rewrite's path reads direct a while longer. */
-  private writerDone(nodeid: number, rewrite = true): void {
+  /**
+   * A writer counted by writerOpening (sessionPath: the path it opened) or by a create (undefined) is
+   * gone. Once the last session of a path ends, the path reads direct WRITTEN_DIRECT_MS longer, as does
+   * the node's path now, should a rename have moved it.
+   */
+  private writerDone(nodeid: number, sessionPath: string | undefined): void {
     const session = this.session;
     if (session === undefined) return;
     session.writerReleased(nodeid);
-    if (!rewrite) return;
+    if (sessionPath === undefined) return;
+    const left = (this.writeSessions.get(sessionPath) ?? 1) - 1;
+    if (left > 0) this.writeSessions.set(sessionPath, left);
+    else {
+      this.writeSessions.delete(sessionPath);
+      session.holdOffPageCache(sessionPath, WRITTEN_DIRECT_MS);
+    }
     let p: string;
     try {
       p = this.nodes.pathOf(nodeid);
     } catch {
       return; // forgotten: no open of it can come
     }
-    session.holdOffPageCache(p, WRITTEN_DIRECT_MS);
+    if (p !== sessionPath && !this.writeSessions.has(p)) session.holdOffPageCache(p, WRITTEN_DIRECT_MS);
   }
 
   /** Whether nodeid has no writer open, waiting up to WRITERS_GONE_WAIT_MS for the last to go. */
@@ -928,7 +950,7 @@ export class NativeFuseEngine {
           }
           // A new file: no reader had it open, so none is held off it after this writer (a KV block is
           // usually read back at once, and through the page cache then).
-          this.track(fh, nodeid, true, undefined, pageCacheWriter, true);
+          this.track(fh, nodeid, true, undefined, pageCacheWriter);
           if (this.attachStage(fh)) this.stagedAttr(fh, nodeid, attr);
           return [P.entryOut(nodeid, attr, this.validity(nodeid, attr)), P.openOut(fh, this.openFlags())];
         } catch (e) {
@@ -1130,7 +1152,7 @@ export class NativeFuseEngine {
     try {
       fh = checkHandle(await f.open(p, flags));
     } catch (e) {
-      if (pageCacheWriter) this.writerDone(hdr.nodeid);
+      if (pageCacheWriter) this.writerDone(hdr.nodeid, p);
       throw e;
     } finally {
       if (writer) this.invalidate(p); // stat shows a write session's size from its open on
@@ -1210,7 +1232,7 @@ export class NativeFuseEngine {
     // A retry that opened without conflict is done: the process's next conflict is a new one.
     else if (reading && this.conflictRetries.size > 0) this.conflictRetries.delete(`${hdr.pid}\0${p}`);
     // conflict here: it reads another content than the node's, direct and untracked (see detachedAttr).
-    this.track(fh, hdr.nodeid, writer, backing, pageCacheWriter, false, conflict);
+    this.track(fh, hdr.nodeid, writer, backing, pageCacheWriter, pageCacheWriter ? p : undefined, conflict);
     if (!reading && this.attachStage(fh)) this.stagedAttr(fh, hdr.nodeid, await f.getattr(p, fh));
     // The workers missed this open (not cached, or its block had left DRAM): publish what the next
     // open can be answered from.
@@ -1269,9 +1291,9 @@ export class NativeFuseEngine {
     for (const [fh, o] of this.opens) if (o.nodeid === nodeid && o.writer) this.session?.clearStagedAttr(fh);
   }
 
-  private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing, pageCacheWriter = false, created = false, otherContent = false): void {
-    this.opens.set(fh, { nodeid, writer, backing, pageCacheWriter, created, otherContent });
-    this.nodes.native.jsOpens(nodeid, 1);
+  /** sessionPath: a page-cache writer's write session of an existing file (writerOpening), by the path it opened. */
+  private track(fh: Handle, nodeid: number, writer: boolean, backing?: Backing, pageCacheWriter = false, sessionPath?: string, otherContent = false): void {
+    this.opens.set(fh, { nodeid, writer, backing, pageCacheWriter, otherContent, sessionPath });
     const n = this.nodeOpens.get(nodeid) ?? { passthrough: 0, other: 0, writers: 0 };
     if (writer) n.writers++;
     if (backing !== undefined) {
@@ -1317,8 +1339,7 @@ export class NativeFuseEngine {
     const o = this.opens.get(fh);
     if (o === undefined) return;
     this.opens.delete(fh);
-    this.nodes.native.jsOpens(o.nodeid, -1);
-    if (o.pageCacheWriter === true) this.writerDone(o.nodeid, o.created !== true);
+    if (o.pageCacheWriter === true) this.writerDone(o.nodeid, o.sessionPath);
     o.backing?.release();
     const n = this.nodeOpens.get(o.nodeid);
     if (n === undefined) return;
@@ -1364,7 +1385,7 @@ export class NativeFuseEngine {
       try {
         await f.truncate(p, size, handle);
       } finally {
-        if (counted) this.writerDone(nodeid);
+        if (counted) this.writerDone(nodeid, p);
       }
     }
     if ((valid & P.FATTR.MODE) !== 0) {

@@ -31,7 +31,6 @@ class MetaTableWrap : public Napi::ObjectWrap<MetaTableWrap> {
                            InstanceMethod<&MetaTableWrap::Forget>("forget"),
                            InstanceMethod<&MetaTableWrap::PathOf>("pathOf"),
                            InstanceMethod<&MetaTableWrap::IsDetached>("isDetached"),
-                           InstanceMethod<&MetaTableWrap::JsOpens>("jsOpens"),
                            InstanceMethod<&MetaTableWrap::IdOf>("idOf"),
                            InstanceMethod<&MetaTableWrap::Removed>("removed"),
                            InstanceMethod<&MetaTableWrap::Renamed>("renamed"),
@@ -98,19 +97,6 @@ class MetaTableWrap : public Napi::ObjectWrap<MetaTableWrap> {
     uint64_t id;
     if (!ArgU64(info, 0, "id", &id)) return info.Env().Undefined();
     return Napi::Boolean::New(info.Env(), table_->IsDetached(id));
-  }
-
-  // jsOpens(id, delta): delta +1 at each open JS answers, -1 at its release.
-  Napi::Value JsOpens(const Napi::CallbackInfo& info) {
-    uint64_t id;
-    if (!ArgU64(info, 0, "id", &id)) return info.Env().Undefined();
-    if (info.Length() < 2 || !info[1].IsNumber() || (info[1].As<Napi::Number>().Int32Value() != 1 && info[1].As<Napi::Number>().Int32Value() != -1) ||
-        info[1].As<Napi::Number>().DoubleValue() != info[1].As<Napi::Number>().Int32Value()) {
-      ThrowCode(info.Env(), "EINVAL", "jsOpens(id, delta): delta must be 1 or -1");
-      return info.Env().Undefined();
-    }
-    table_->AdjustJsOpens(id, info[1].As<Napi::Number>().Int32Value());
-    return info.Env().Undefined();
   }
 
   Napi::Value IdOf(const Napi::CallbackInfo& info) {

@@ -97,20 +97,6 @@ bool MetaTable::IsDetached(uint64_t id) {
   return it != byId_.end() && it->second.detached;
 }
 
-void MetaTable::AdjustJsOpens(uint64_t id, int64_t delta) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = byId_.find(id);
-  if (it == byId_.end()) return;  // forgotten meanwhile (or 0: a create whose node is not known yet)
-  uint64_t& n = it->second.jsOpens;
-  n = delta < 0 && n < static_cast<uint64_t>(-delta) ? 0 : n + delta;
-}
-
-bool MetaTable::HasJsOpens(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = byId_.find(id);
-  return it != byId_.end() && it->second.jsOpens > 0;
-}
-
 void MetaTable::Removed(const std::string& path) {
   std::lock_guard<std::mutex> lock(mutex_);
   DetachLocked(path);

@@ -100,10 +100,6 @@ class MetaTable {
   // GETATTR/OPEN of node id: its cached attributes, unless it is detached or not cached.
   bool AttrOf(uint64_t id, CachedAttr* attr);
   bool IsDetached(uint64_t id);
-  // Opens JS answered of node id (up by one per open, down per release): GETATTR of a detached node
-  // that JS has open goes to JS, whose handles know which version each holds (a writer's size).
-  void AdjustJsOpens(uint64_t id, int64_t delta);
-  bool HasJsOpens(uint64_t id);
 
   struct Stats {
     uint64_t lookupHits = 0, lookupMisses = 0, lookupAbsent = 0, attrHits = 0, attrMisses = 0, publishes = 0, refusedPublishes = 0,
@@ -115,7 +111,6 @@ class MetaTable {
   struct Node {
     std::string path;
     uint64_t lookups = 0;
-    uint64_t jsOpens = 0;
     bool detached = false;
   };
   Status RememberLocked(const std::string& path, uint64_t* id);
