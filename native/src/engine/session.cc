@@ -714,12 +714,12 @@ bool Session::ServeGetattr(const uint8_t* message, size_t lengthBytes) {
   } else if (!options_.meta->AttrOf(hdr->nodeid, &a) && !StagedAttrOfNode(hdr->nodeid, &a)) {
     // fstat of a file unlinked or replaced while open arrives without a handle (the kernel's getattr
     // has none), as does a path walk's through a dentry cached before: a native open of the node has
-    // its version (with reads tracked, the default, every open of a node reads its one content, and
-    // untracked modes give up that isolation by choice); nlink 0, as on a local
-    // filesystem. It answers before JS's opens do: the kernel applies the size to the inode, and JS may
-    // hold only a reader of another content there (a conflicting open's retry, direct), whose smaller
-    // size cut a native page-cache reader's read at it (load test, without the rewrite hold). Without
-    // a native open, JS's opens answer it: each of its handles knows its version.
+    // its version (with reads tracked, the default, every open of a node reads its one content;
+    // untracked modes give up that isolation by choice); nlink 0, as on a local filesystem. It answers
+    // before JS's opens do: the kernel applies the size to the inode, and JS may hold only a reader of
+    // another content there (a conflicting open's retry, direct), whose smaller size cut a native
+    // page-cache reader's read at it (load test, without the rewrite hold). Without a native open,
+    // JS's opens answer it: each of its handles knows its version.
     if (!options_.meta->IsDetached(hdr->nodeid)) return false;
     std::lock_guard<std::mutex> lock(nativeMutex_);
     auto it = std::find_if(nativeOpens_.begin(), nativeOpens_.end(), [&](const auto& o) { return o.second.nodeid == hdr->nodeid; });
