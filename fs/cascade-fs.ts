@@ -25,12 +25,12 @@ import { allocLarge, COPY_ASYNC_MIN_BYTES, copyBytes } from '../store/copy';
 import { assert, CascadeError, isCascadeError } from '../store/errors';
 import { StreamHasher } from '../store/hash';
 import type { Caller } from './access';
-import type { VersionRecord } from '../store/meta';
+import type { NameChange, VersionRecord } from '../store/meta';
 import { validateDirName, validateName, validateSha256 } from '../store/names';
 import type { DramHold, Store } from '../store/store';
 import { GpuLeases } from './gpu-leases';
 import { DirTree, split, type DirInfo } from './tree';
-import type { CascadeFsOps, DirEntry, DirWatcher, FileAttr, ListedEntry, FsStatfs, Handle, SealedBlock, StableAttr, WriteStager } from './types';
+import type { CascadeFsOps, DirEntry, DirWatcher, FileAttr, ListedEntry, FsStatfs, Handle, RemoteWatcher, SealedBlock, StableAttr, WriteStager } from './types';
 
 const S_IFDIR = 0o040000;
 /** The smallest JS staging buffer: a file written in 128 KiB pieces starts without a regrowth. */
@@ -237,6 +237,22 @@ export async function createCascadeFs(store: Store, options: CascadeFsOptions): 
     if (page.length < LIST_PAGE) break;
     after = page[page.length - 1];
   }
+  // Directories made by mkdir, kept in the metadata (also the empty ones), with their modes.
+  const dirModes = new Map<string, number>();
+  for (after = undefined; ; ) {
+    const page = await store.dirs('', { after, limit: LIST_PAGE });
+    let missing = 0;
+    for (const [dir] of page) missing += tree.kindOf(dir) === 'dir' ? 0 : tree.missingDirs(`${dir}/\0`);
+    let next = missing > 0 ? await store.allocateInodes(missing) : 0;
+    for (const [dir, mode] of page) {
+      dirModes.set(dir, mode);
+      // A file of the same name (written by an older build, or by another node meanwhile) wins.
+      if (tree.kindOf(dir) !== undefined) continue;
+      tree.addDirsWithParents(dir, () => next++);
+    }
+    if (page.length < LIST_PAGE) break;
+    after = page[page.length - 1][0];
+  }
   // Modes set by chmod are kept in the metadata; most files have none (0644).
   const modes = new Map<string, number>();
   for (after = undefined; ; ) {
@@ -245,7 +261,7 @@ export async function createCascadeFs(store: Store, options: CascadeFsOptions): 
     if (page.length < LIST_PAGE) break;
     after = page[page.length - 1][0];
   }
-  return new CascadeFs(store, tree, options, modes);
+  return new CascadeFs(store, tree, options, modes, dirModes);
 }
 
 export class CascadeFs implements CascadeFsOps {
@@ -255,6 +271,8 @@ export class CascadeFs implements CascadeFsOps {
   private nextHandle = 1;
   /** Files whose mode is not 0644: those kept in the metadata, and those of files not yet committed. */
   private readonly modes: Map<string, number>;
+  /** Directories' modes, as mkdir gave them (kept in the metadata); one missing here is 0755. */
+  private readonly dirModes: Map<string, number>;
   /** Modes set before the file's first commit (saved with it). */
   private readonly unsavedModes = new Set<string>();
   /** Hidden name -> the file it stands for, and the version it showed when hidden. */
@@ -279,6 +297,9 @@ export class CascadeFs implements CascadeFsOps {
   private stager: WriteStager | undefined;
   /** Leases of user.cascade.cuda_ipc readers on GPU-resident content. */
   private readonly gpuLeases: GpuLeases;
+  /** The engine's watcher of other nodes' changes (watchRemote), and how this stops hearing the store's. */
+  private remoteWatcher: RemoteWatcher | undefined;
+  private unwatchStore: (() => void) | undefined;
   /** The engine's directory watcher (watchDirs): also told of hidden names. */
   private dirWatcher: DirWatcher | undefined;
 
@@ -287,11 +308,16 @@ export class CascadeFs implements CascadeFsOps {
     private readonly tree: DirTree,
     private readonly options: CascadeFsOptions,
     modes: Map<string, number> = new Map(),
+    dirModes: Map<string, number> = new Map(),
   ) {
     this.modes = modes;
+    this.dirModes = dirModes;
     this.stagingCapacityBytes = options.stagingCapacityBytes ?? Math.min(8 * GiB, Math.floor(os.totalmem() / 4));
     this.inodes = new InodePool(store);
     this.gpuLeases = new GpuLeases(store);
+    if (options.sharedNamespace && store.namesWatched) {
+      this.unwatchStore = store.watchNames({ change: (c) => this.changedElsewhere(c), reset: () => this.remoteWatcher?.reset() });
+    }
     // How long requests wait for the JS thread: every FUSE op is served on it. Shown in stats.json.
     this.loopDelay.enable();
   }
@@ -327,7 +353,7 @@ export class CascadeFs implements CascadeFsOps {
       case 'kv': {
         const resolved: { version?: VersionRecord } = {};
         const kind = await this.kindOf(p.rel, resolved);
-        if (kind === 'dir') return this.dirAttr(this.tree.info(p.rel));
+        if (kind === 'dir') return this.dirAttr(this.tree.info(p.rel), this.dirModes.get(p.rel));
         if (kind === undefined) throw new CascadeError('ENOENT', `no such file: ${path}`);
         // A file with a write session open has the session's size and times, for everyone, as after
         // an O_TRUNC on a local filesystem (fstat and SEEK_END of its writers depend on it); readers
@@ -364,7 +390,7 @@ export class CascadeFs implements CascadeFsOps {
     if (p.kind !== 'kv') return undefined;
     const unstable = () => this.staging.has(p.rel) || this.hidden.has(p.rel) || this.pendingDelete.has(p.rel);
     const kind = this.tree.kindOf(p.rel);
-    if (kind === 'dir') return { attr: this.dirAttr(this.tree.info(p.rel)) };
+    if (kind === 'dir') return { attr: this.dirAttr(this.tree.info(p.rel), this.dirModes.get(p.rel)) };
     if (kind !== 'file' || unstable()) return undefined;
     const v = await this.current(p.rel);
     if (v === undefined || unstable() || this.tree.kindOf(p.rel) !== 'file') return undefined;
@@ -392,9 +418,51 @@ export class CascadeFs implements CascadeFsOps {
     return true;
   }
 
-  /** For the engine caches: path parsed, where this node alone changes names (no shared namespace). */
+  watchRemote(w: RemoteWatcher | undefined): boolean {
+    if (this.unwatchStore === undefined) return false;
+    this.remoteWatcher = w;
+    return true;
+  }
+
+  /**
+   * Another node changed `c`: the tree follows (a name removed or renamed away leaves it, unless this
+   * node is writing or hiding it), and the engine drops what it cached of the paths.
+   */
+  private changedElsewhere(c: NameChange): void {
+    const w = this.remoteWatcher;
+    const leaves = (rel: string) => {
+      if (this.tree.kindOf(rel) === 'file' && !this.staging.has(rel) && !this.hidden.has(rel) && !this.pendingDelete.has(rel)) this.tree.removeFile(rel);
+    };
+    switch (c.kind) {
+      case 'file':
+        w?.changed(kvPath(c.name), false);
+        break;
+      case 'removed':
+        leaves(c.name);
+        w?.changed(kvPath(c.name), false);
+        break;
+      case 'renamed':
+        leaves(c.name);
+        w?.changed(kvPath(c.name), false);
+        w?.changed(kvPath(c.to), false);
+        break;
+      case 'dirMade':
+        w?.changed(kvPath(c.name), false);
+        break;
+      case 'dirRemoved':
+        if (this.tree.kindOf(c.name) === 'dir' && this.tree.children(c.name).size === 0) this.tree.removeDir(c.name);
+        this.dirModes.delete(c.name);
+        w?.changed(kvPath(c.name), true);
+        break;
+    }
+  }
+
+  /**
+   * For the engine caches: path parsed, where this node alone changes names, or where the store hears
+   * every change other nodes make (watchRemote).
+   */
   private parseLocal(path: string): Parsed | undefined {
-    if (this.options.sharedNamespace) return undefined;
+    if (this.options.sharedNamespace && this.remoteWatcher === undefined) return undefined;
     try {
       return parse(path);
     } catch {
@@ -403,6 +471,7 @@ export class CascadeFs implements CascadeFsOps {
   }
 
   dirListing(path: string): ListedEntry[] | undefined {
+    if (this.options.sharedNamespace) return undefined; // names made elsewhere are not in the tree yet
     const p = this.parseLocal(path);
     if (p === undefined || p.kind !== 'kv' || this.tree.kindOf(p.rel) !== 'dir') return undefined;
     const entries: ListedEntry[] = [...this.tree.children(p.rel)].map(([name, kind]) => ({ name, kind }));
@@ -466,18 +535,40 @@ export class CascadeFs implements CascadeFsOps {
     return [...this.tree.children(rel)].map(([name, kind]) => ({ name, kind }));
   }
 
-  async mkdir(path: string, _mode: number): Promise<void> {
+  async mkdir(path: string, mode: number): Promise<void> {
     const rel = this.kvRel(path, 'mkdir');
     if (rel === '') throw new CascadeError('EEXIST', '/kv exists');
     validateDirName(rel);
+    // With a shared namespace another node may have made it (or a file there) since the kernel looked.
+    if (this.options.sharedNamespace && (await this.kindOf(rel)) !== undefined) throw new CascadeError('EEXIST', `/kv/${rel} exists`);
     const ino = await this.inodes.take();
-    this.tree.addDir(rel, ino);
+    this.tree.addDir(rel, ino); // EEXIST, ENOENT (no parent), ENOTDIR before anything is kept
+    const perms = mode & 0o7777;
+    try {
+      // Kept in the metadata: an empty directory survives a restart and is seen by every node.
+      await this.store.makeDir(rel, perms);
+    } catch (e) {
+      this.tree.removeDir(rel);
+      throw e;
+    }
+    this.dirModes.set(rel, perms);
   }
 
   async rmdir(path: string): Promise<void> {
     const rel = this.kvRel(path, 'rmdir');
     if (rel === '') throw new CascadeError('EBUSY', '/kv cannot be removed');
-    if (this.tree.kindOf(rel) === 'dir' && this.tree.children(rel).size === 0) this.checkNoHidden(rel);
+    if (this.tree.kindOf(rel) !== 'dir' || this.tree.children(rel).size > 0) {
+      this.tree.removeDir(rel); // throws the reason: ENOENT, ENOTDIR, ENOTEMPTY
+      return;
+    }
+    this.checkNoHidden(rel);
+    // With a shared namespace names made by other nodes count too.
+    if (this.options.sharedNamespace) {
+      const inside = (await this.store.list(`${rel}/`, { limit: 1 })).length + (await this.store.dirs(`${rel}/`, { limit: 1 })).length;
+      if (inside > 0) throw new CascadeError('ENOTEMPTY', `/kv/${rel} is not empty`);
+    }
+    await this.store.removeDir(rel);
+    this.dirModes.delete(rel);
     this.tree.removeDir(rel);
   }
 
@@ -926,6 +1017,8 @@ export class CascadeFs implements CascadeFsOps {
   async close(): Promise<void> {
     this.loopDelay.disable();
     this.gpuLeases.close();
+    this.unwatchStore?.();
+    this.remoteWatcher = undefined;
     // Commit what writers left open (a clean unmount loses nothing), then persist the store.
     for (const st of [...this.staging.values()]) {
       try {
@@ -1265,6 +1358,13 @@ export class CascadeFs implements CascadeFsOps {
     if (resolved) resolved.version = v;
     if (v !== undefined) kind = 'file';
     else if ((await this.store.list(`${rel}/`, { limit: 1 })).length > 0) kind = 'dir';
+    else {
+      const mode = validDirName(rel) ? await this.store.dirMode(rel) : undefined;
+      if (mode !== undefined) {
+        kind = 'dir';
+        this.dirModes.set(rel, mode);
+      }
+    }
     if (kind === undefined) return undefined;
     await this.adopt(rel, kind);
     return this.tree.kindOf(rel);
@@ -1299,6 +1399,17 @@ export class CascadeFs implements CascadeFsOps {
       }
       if (page.length < LIST_PAGE) break;
       after = page[page.length - 1];
+    }
+    for (after = undefined; ; ) {
+      const page = await this.store.dirs(prefix, { after, limit: LIST_PAGE });
+      for (const [name, mode] of page) {
+        const rest = name.slice(prefix.length);
+        const slash = rest.indexOf('/');
+        dirs.add(slash < 0 ? rest : rest.slice(0, slash));
+        this.dirModes.set(name, mode);
+      }
+      if (page.length < LIST_PAGE) break;
+      after = page[page.length - 1][0];
     }
     if (this.tree.kindOf(rel) !== 'dir') return;
     for (const [name, kind] of [...this.tree.children(rel)]) {
@@ -1376,6 +1487,14 @@ export class CascadeFs implements CascadeFsOps {
       this.modes.delete(f);
       if (mode !== undefined) this.modes.set(to, mode);
     }
+    // Directories made by mkdir keep their records (and modes) at their new paths.
+    for (const [d, mode] of await this.dirRecords(src)) {
+      const to = dst + d.slice(src.length);
+      await this.store.makeDir(to, mode);
+      await this.store.removeDir(d);
+      this.dirModes.delete(d);
+      this.dirModes.set(to, mode);
+    }
     this.tree.moveDir(src, dst);
     // Files libfuse hid in the subtree (unlinked while open) move with it: libfuse asks for them at
     // the new path (fstat of their descriptors, the unlink at their last release). Their store names
@@ -1386,6 +1505,19 @@ export class CascadeFs implements CascadeFsOps {
       this.deleteHidden(rel);
       this.setHidden(to, entry);
       if (this.pendingDelete.get(entry.target) === rel) this.pendingDelete.set(entry.target, to);
+    }
+  }
+
+  /** The directory records (makeDir) of `rel` and of every directory under it, with their modes. */
+  private async dirRecords(rel: string): Promise<Array<[string, number]>> {
+    const out: Array<[string, number]> = [];
+    const own = await this.store.dirMode(rel);
+    if (own !== undefined) out.push([rel, own]);
+    for (let after: string | undefined; ; ) {
+      const page = await this.store.dirs(`${rel}/`, { after, limit: LIST_PAGE });
+      out.push(...page);
+      if (page.length < LIST_PAGE) return out;
+      after = page[page.length - 1][0];
     }
   }
 
@@ -1484,10 +1616,10 @@ export class CascadeFs implements CascadeFsOps {
   }
 
   /** A directory under /kv (its DirInfo), or one of the mount's own (an inode number; mount time). */
-  private dirAttr(dir: DirInfo | number): FileAttr {
+  private dirAttr(dir: DirInfo | number, perms = 0o755): FileAttr {
     const d = typeof dir === 'number' ? { ino: dir, mtimeMs: this.mountTimeMs, ctimeMs: this.mountTimeMs } : dir;
     return {
-      mode: S_IFDIR | 0o755,
+      mode: S_IFDIR | perms,
       sizeBytes: 4096,
       nlink: 2,
       uid: this.options.uid,
@@ -1520,6 +1652,15 @@ export class CascadeFs implements CascadeFsOps {
 function validName(rel: string): boolean {
   try {
     validateName(rel);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function validDirName(rel: string): boolean {
+  try {
+    validateDirName(rel);
     return true;
   } catch {
     return false;

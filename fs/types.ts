@@ -151,6 +151,14 @@ export interface CascadeFsOps {
   watchDirs?(w: DirWatcher | undefined): boolean;
   /** Every entry of a /kv directory now (for a listing kept by watchDirs), or undefined. */
   dirListing?(path: string): ListedEntry[] | undefined;
+  /**
+   * Where names also change elsewhere (a shared namespace whose changes the store hears): `w` is told
+   * of each path another node changed (a file's content or mode, a removal, a rename's both ends, a
+   * directory made or removed; `subtree` for a directory removed), and `reset` when changes may have
+   * been missed. An engine drops what it cached of those paths. stableAttr is offered only while this
+   * returns true there. Optional.
+   */
+  watchRemote?(w: RemoteWatcher | undefined): boolean;
   /** Make everything written durable (fsync of a read handle an engine opened by itself). Optional. */
   syncAll?(): Promise<void>;
   /** Blocks an engine opened by their arena handle, bypassing open(): hits and recent uses. Optional. */
@@ -166,6 +174,12 @@ export interface CascadeFsOps {
 export interface ListedEntry {
   name: string;
   kind: 'file' | 'dir' | 'hidden';
+}
+
+/** See CascadeFsOps.watchRemote. */
+export interface RemoteWatcher {
+  changed(path: string, subtree: boolean): void;
+  reset(): void;
 }
 
 /** See CascadeFsOps.watchDirs. */

@@ -96,6 +96,19 @@ export interface MetaEngine {
   /** Names with a mode set, ascending (as list()), with their modes; names without one are 0644. */
   modes(options: ListOptions): Promise<Array<[string, number]>>;
 
+  /**
+   * Directories made by mkdir, kept so that an empty one survives a restart and is seen by every node
+   * of a cluster (a directory that holds names exists through them as well). makeDir keeps `mode`
+   * (0..0o7777; an existing record takes the new mode), removeDir forgets the record (none: no error).
+   * Neither checks the names under it: emptiness is the filesystem's rule, not the engine's.
+   */
+  makeDir(name: string, mode: number): Promise<void>;
+  removeDir(name: string): Promise<void>;
+  /** The mode of a directory made by makeDir, or undefined. */
+  dirMode(name: string): Promise<number | undefined>;
+  /** Directories made by makeDir that start with `prefix`, ascending as list(), with their modes. */
+  dirs(prefix: string, options: ListOptions): Promise<Array<[string, number]>>;
+
   block(sha256: string): Promise<BlockRecord | undefined>;
   /** ENOENT if no such block row. */
   setPinned(sha256: string, pinned: boolean): Promise<void>;
@@ -114,6 +127,20 @@ export interface MetaEngine {
 }
 
 // ---- cluster mode (store/meta/redis.ts implements both interfaces) ----
+
+/**
+ * A change another node made to the namespace (ClusterDirectory.watchChanges): a file's content or
+ * mode (`file`), a file removed, a file renamed (`name` to `to`), a directory made or removed.
+ */
+export type NameChange =
+  | { kind: 'file' | 'removed' | 'dirMade' | 'dirRemoved'; name: string }
+  | { kind: 'renamed'; name: string; to: string };
+
+/** What watchChanges calls: each change, and `reset` when changes may have been missed (a reconnect). */
+export interface ChangeListener {
+  change(c: NameChange): void;
+  reset(): void;
+}
 
 /** Where one node holds a block on the shared tier. */
 export interface BlockPlacement {
@@ -181,5 +208,10 @@ export interface ClusterDirectory {
   /** A node's figures (JSON), kept for ttlMs: refreshed with each heartbeat. */
   publishNodeStats(node: string, statsJson: string, ttlMs: number): Promise<void>;
   /** Every node that ever joined: live or not, and its last published figures (parsed JSON). */
+  /**
+   * Every change other clients of this directory make to names and directories, told as it is applied
+   * (before the writer's call returns to it). Returns a function that stops watching.
+   */
+  watchChanges(listener: ChangeListener): Promise<() => Promise<void>>;
   nodeStats(): Promise<Array<{ node: string; live: boolean; stats: unknown }>>;
 }

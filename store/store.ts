@@ -26,13 +26,13 @@ import {
   PROMOTE_AFTER_READS_DEFAULT,
 } from './constants';
 import { assert, CascadeError, isCascadeError } from './errors';
-import type { BlockPlacement, ClusterDirectory, MetaEngine, VersionRecord } from './meta';
+import type { BlockPlacement, ChangeListener, ClusterDirectory, MetaEngine, NameChange, VersionRecord } from './meta';
 import { MemoryMeta } from './meta/memory';
 import { SqliteMeta } from './meta/sqlite';
 import { JOURNAL_DIR_NAME, listJournalFiles } from './meta/journal';
 import { listSnapshots, META_FILE, SNAPSHOT_FILE, takeSnapshot } from './meta/snapshot';
 import { Mover } from './mover';
-import { validateName, validateSha256 } from './names';
+import { validateDirName, validateName, validateSha256 } from './names';
 import { LruEviction } from './policy/lru';
 import type { EvictionPolicy, PromotionPolicy } from './policy/policy';
 import { ThresholdPromotion } from './policy/promotion';
@@ -398,6 +398,9 @@ export class Store {
   private readonly replicas = new Set<string>();
   /** Cluster mode: the current version of names this node last saw, for opens while Redis is away. */
   private readonly lastKnown = new LRUCache<string, VersionRecord>({ max: LAST_KNOWN_NAMES });
+  /** Who hears of other nodes' changes to names (watchNames), and how this node stops hearing them. */
+  private readonly changeListeners = new Set<ChangeListener>();
+  private stopWatching: (() => Promise<void>) | undefined;
   /** Free DRAM bytes kept ahead of need (see StoreConfig.dramWatermarks), and the pass running now. */
   private readonly lowWatermarkBytes: number;
   private readonly highWatermarkBytes: number;
@@ -534,6 +537,11 @@ export class Store {
         }
         if (s.remote) opened.splice(opened.indexOf(dram) + 1, 0, s.remote); // closed before the arena
       }
+      if (cluster) {
+        const s = store;
+        s.stopWatching = await cluster.directory.watchChanges({ change: (c) => s.changedElsewhere(c), reset: () => s.changesMissed() });
+        opened.push({ close: () => s.stopWatching!() });
+      }
       await store.reconcile();
       store.startHeartbeat();
       await store.startSnapshots();
@@ -541,6 +549,42 @@ export class Store {
     } catch (e) {
       for (const o of opened.reverse()) await o.close().catch(() => undefined);
       throw withFsckHint(e, config.dataDir);
+    }
+  }
+
+  /**
+   * Hear of every change other nodes make to names and directories (cluster mode), as Redis applies
+   * it, and `reset` when some may have been missed. Returns a function that stops it.
+   */
+  watchNames(listener: ChangeListener): () => void {
+    this.changeListeners.add(listener);
+    return () => this.changeListeners.delete(listener);
+  }
+
+  /** Whether watchNames() hears other nodes' changes (a cluster node whose watch is running). */
+  get namesWatched(): boolean {
+    return this.stopWatching !== undefined;
+  }
+
+  private changedElsewhere(c: NameChange): void {
+    this.lastKnown.delete(c.name);
+    if (c.kind === 'renamed') this.lastKnown.delete(c.to);
+    this.tellListeners((l) => l.change(c));
+  }
+
+  private changesMissed(): void {
+    this.warn('the watch of other nodes\' changes reconnected: cached names are dropped');
+    this.lastKnown.clear();
+    this.tellListeners((l) => l.reset());
+  }
+
+  private tellListeners(f: (l: ChangeListener) => void): void {
+    for (const l of this.changeListeners) {
+      try {
+        f(l);
+      } catch (e) {
+        this.warn(`a listener of name changes failed: ${String(e)}`);
+      }
     }
   }
 
@@ -624,13 +668,12 @@ export class Store {
   }
 
   /**
-   * The DRAM arena's native binding, for the native FUSE engine's write stages; undefined when the
-   * DRAM tier is not the native arena or the store is clustered (a cluster node writes its segments
-   * first, so its commits copy anyway).
+   * The DRAM arena's native binding, for the native FUSE engine's write stages and native opens;
+   * undefined when the DRAM tier is not the native arena.
    */
   dramArena(): NativeArenaBinding | undefined {
     this.checkOpen();
-    if (this.config.cluster || !(this.dram instanceof NativeArenaTier)) return undefined;
+    if (!(this.dram instanceof NativeArenaTier)) return undefined;
     return this.dram.arenaBinding();
   }
 
@@ -1067,6 +1110,32 @@ export class Store {
     return this.meta.modes({ after: options.after, limit: Math.min(options.limit ?? LIST_PAGE_MAX, LIST_PAGE_MAX) });
   }
 
+  /** Keep a directory made by mkdir (and its mode) in the metadata: it survives restarts, every node sees it. */
+  async makeDir(name: string, mode: number): Promise<void> {
+    this.checkOpen();
+    validateDirName(name);
+    await this.meta.makeDir(name, mode);
+  }
+
+  async removeDir(name: string): Promise<void> {
+    this.checkOpen();
+    validateDirName(name);
+    await this.meta.removeDir(name);
+  }
+
+  /** The mode of a directory kept by makeDir(), or undefined. */
+  async dirMode(name: string): Promise<number | undefined> {
+    this.checkOpen();
+    validateDirName(name);
+    return this.meta.dirMode(name);
+  }
+
+  /** Directories kept by makeDir() under a prefix, with their modes, paged as list() is. */
+  async dirs(prefix: string, options: { after?: string; limit?: number } = {}): Promise<Array<[string, number]>> {
+    this.checkOpen();
+    return this.meta.dirs(prefix, { after: options.after, limit: Math.min(options.limit ?? LIST_PAGE_MAX, LIST_PAGE_MAX) });
+  }
+
   /** Names under a prefix (e.g. `model/dir/`), paged. */
   async list(prefix: string, options: { after?: string; limit?: number } = {}): Promise<string[]> {
     this.checkOpen();
@@ -1256,6 +1325,7 @@ export class Store {
       await this.disk.close();
       const c = this.config.cluster;
       if (c) await c.directory.leaveNode(c.node, this.nodeToken).catch((e: unknown) => this.warn(`leaving the cluster: ${String(e)}`));
+      await this.stopWatching?.().catch((e: unknown) => this.warn(`stopping the watch of changes: ${String(e)}`));
       await this.meta.close();
     }
   }

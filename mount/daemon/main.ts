@@ -281,8 +281,8 @@ async function mountEngine(mnt: string, fsOps: CascadeFsOps, store: Store, opts:
           kernelCache: opts.kernelCache,
           pageCache: opts.pageCache,
           arenaFd: store.dramRegion()?.fd,
-          // Native writes: new files are staged in the arena and hashed in C++ (not in a cluster,
-          // whose commits write the node's segments first).
+          // Native writes: new files are staged in the arena and hashed in C++; native opens of
+          // blocks in the arena.
           arena: store.dramArena(),
           maxBlockBytes: store.maxBlockBytes,
           passthrough: opts.passthrough,

@@ -16,7 +16,7 @@ import type { NativeArenaBinding, NativeMetaTableBinding } from '../../native/ty
 import type { FuseNegotiated } from '../../native/types';
 import { assert, CascadeError, isCascadeError } from '../../store/errors';
 import type { DramHold } from '../../store/store';
-import type { CascadeFsOps, DirEntry, DirWatcher, FileAttr, Handle } from '../../fs/types';
+import type { CascadeFsOps, DirEntry, DirWatcher, FileAttr, Handle, RemoteWatcher } from '../../fs/types';
 import { errnoOf, toErrno } from './errno';
 import type { RequestObserver } from '../daemon/metrics';
 import type { FuseUringMode } from '../daemon/defaults';
@@ -313,6 +313,8 @@ export class NativeFuseEngine {
    * a name that is not there is answered without JS: every new file's first request).
    */
   private watching = false;
+  /** Whether the filesystem tells other nodes' changes (watchRemote): a cluster node's cache follows them. */
+  private remoteWatched = false;
   /** Directories listed in the C++ table (a mirror, so changes elsewhere cost no native call). */
   private readonly listed = new Set<string>();
   /** Directories whose attributes changed, published again once the current request is answered. */
@@ -408,6 +410,8 @@ export class NativeFuseEngine {
     }
     engine.arena = session.negotiated().arena;
     if (engine.caching && fsOps.dirListing !== undefined) engine.watching = fsOps.watchDirs?.(engine.dirWatcher()) === true;
+    // A cluster node: other nodes' changes drop what the workers answer from, as local changes do.
+    if (engine.caching) engine.remoteWatched = fsOps.watchRemote?.(engine.remoteWatcher()) === true;
     // Native opens are hits the store counts, and recent uses its eviction must see.
     engine.touchTimer = setInterval(() => engine.drainTouched(), TOUCH_DRAIN_MS);
     engine.touchTimer.unref();
@@ -497,6 +501,10 @@ export class NativeFuseEngine {
     if (this.watching) {
       this.watching = false;
       this.fsOps.watchDirs?.(undefined);
+    }
+    if (this.remoteWatched) {
+      this.remoteWatched = false;
+      this.fsOps.watchRemote?.(undefined);
     }
     for (const h of this.holds.values()) h.release();
     this.holds.clear();
@@ -766,6 +774,15 @@ export class NativeFuseEngine {
     // The parent's new times, published now: the kernel dropped its cached attributes too, and the next
     // path walk through it (the next create there) asks for them. A change meanwhile refuses this.
     this.attrOf(parent).catch(() => undefined);
+  }
+
+  /** The filesystem's watcher of other nodes' changes: the workers stop answering from those paths. */
+  private remoteWatcher(): RemoteWatcher {
+    return {
+      changed: (p, subtree) => this.invalidate(p, subtree),
+      // Changes may have been missed: nothing cached under /kv is trusted any more.
+      reset: () => this.invalidate('/kv', true),
+    };
   }
 
   /**

@@ -36,6 +36,8 @@ export type JournalOp =
   | { op: 'allocateInodes'; count: number }
   | { op: 'setPinned'; sha256: string; pinned: boolean }
   | { op: 'setMode'; name: string; mode: number }
+  | { op: 'makeDir'; name: string; mode: number }
+  | { op: 'removeDir'; name: string }
   | { op: 'forget'; sha256: string }
   | { op: 'fixRefs' };
 

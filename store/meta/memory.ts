@@ -147,6 +147,8 @@ export class MemoryMeta implements MetaEngine {
   private readonly blockTable = new Map<string, BlockEntry>();
   /** list() cache: names in compareNames order; dropped whenever a name appears or goes. */
   private sortedNames: string[] | undefined;
+  /** Directories made by makeDir -> their modes. */
+  private readonly dirTable = new Map<string, number>();
   private nextIno = INODE_FIRST_ALLOCATED;
   private closed = false;
 
@@ -253,6 +255,35 @@ export class MemoryMeta implements MetaEngine {
       if (page.length < 1024) return out;
       after = page[page.length - 1];
     }
+  }
+
+  async makeDir(name: string, mode: number): Promise<void> {
+    this.checkOpen();
+    checkName(name);
+    checkMode(mode);
+    this.dirTable.set(name, mode);
+  }
+
+  async removeDir(name: string): Promise<void> {
+    this.checkOpen();
+    checkName(name);
+    this.dirTable.delete(name);
+  }
+
+  async dirMode(name: string): Promise<number | undefined> {
+    this.checkOpen();
+    checkName(name);
+    return this.dirTable.get(name);
+  }
+
+  async dirs(prefix: string, options: ListOptions): Promise<Array<[string, number]>> {
+    this.checkOpen();
+    checkListArgs(prefix, options);
+    const after = options.after;
+    return [...this.dirTable]
+      .filter(([n]) => n.startsWith(prefix) && (after === undefined || compareNames(n, after) > 0))
+      .sort(([a], [b]) => compareNames(a, b))
+      .slice(0, options.limit);
   }
 
   async list(prefix: string, options: ListOptions): Promise<string[]> {

@@ -14,6 +14,8 @@
  *   <P>names        sorted set, every score 0: the names, in byte order (ZRANGEBYLEX = code point order)
  *   <P>last         hash name -> highest version number given (numbers are not reused while it exists)
  *   <P>modes        hash name -> permission bits set by chmod (absent: 0644); moved by rename
+ *   <P>dirs         sorted set, every score 0: the directories made by mkdir (ZRANGEBYLEX, as names)
+ *   <P>dirmodes     hash directory -> its permission bits
  *   <P>v:<name>     sorted set of retained versions, score = version, member "v:sha:size:timeMs:ino"
  *   <P>b:<sha>      hash size, refs, pinned: one per content referenced by a retained version
  *   <P>s:<sha>      set of "<name>\0<version>": the versions that reference the content (for forget)
@@ -34,10 +36,11 @@
  * with `appendonly yes` and `appendfsync always`, as the tests do; sync() then has nothing left to wait
  * for. With `appendfsync everysec` up to a second of commits can be lost when Redis (not Cascade) dies.
  */
+import { randomBytes } from 'node:crypto';
 import { Cluster, Redis, type ChainableCommander, type RedisOptions } from 'ioredis';
 import { INODE_ALLOCATED_LIMIT, INODE_FIRST_ALLOCATED } from '../constants';
 import { assert, CascadeError, isCascadeError } from '../errors';
-import type { BlockPlacement, BlockRecord, ClusterDirectory, CommitResult, ListOptions, MetaEngine, MetaTotals, VersionRecord } from '../meta';
+import type { BlockPlacement, BlockRecord, ChangeListener, ClusterDirectory, CommitResult, ListOptions, MetaEngine, MetaTotals, NameChange, VersionRecord } from '../meta';
 
 export type { BlockPlacement, ClusterDirectory } from '../meta';
 import {
@@ -116,6 +119,11 @@ local function notify_holders(sha)
   for _, node in ipairs(redis.call('HKEYS', lk)) do tell(node) end
   for _, node in ipairs(redis.call('SMEMBERS', dk)) do tell(node) end
   redis.call('DEL', lk, dk)
+end
+-- Every change of a name or directory, told to the other nodes (watchChanges): the origin (the
+-- caller's last argument), the kind, the names, NUL-separated. Queued before the caller's reply.
+local function changed(kind, a, b)
+  redis.call('PUBLISH', P .. 'changes', ARGV[#ARGV] .. '\0' .. kind .. '\0' .. a .. (b and ('\0' .. b) or ''))
 end
 local function vkey(name) return P .. 'v:' .. name end
 local function bkey(sha) return P .. 'b:' .. sha end
@@ -237,6 +245,7 @@ local released = {}
 local r = add_version(name, sha, size, t, keep, ino, released)
 if ARGV[8] ~= '' then redis.call('HSET', P .. 'loc:' .. sha, ARGV[8], ARGV[9]) end
 if ARGV[11] ~= '' and redis.call('EXISTS', bkey(sha)) == 1 then redis.call('SADD', P .. 'dram:' .. sha, ARGV[11]) end
+changed('f', name)
 for _, x in ipairs(released) do table.insert(r, x) end
 return r
 `;
@@ -254,6 +263,7 @@ local r = add_version(to, sha, size, t, keep, ino, released)
 local mode = redis.call('HGET', P .. 'modes', from)
 if mode then redis.call('HSET', P .. 'modes', to, mode) else redis.call('HDEL', P .. 'modes', to) end
 drop_name(from, released)
+changed('r', from, to)
 table.insert(r, sha)
 table.insert(r, size)
 for _, x in ipairs(released) do table.insert(r, x) end
@@ -266,6 +276,7 @@ local name = ARGV[2]
 if not redis.call('HGET', P .. 'last', name) then return redis.error_reply('ENOENT no such name: ' .. name) end
 local released = {}
 drop_name(name, released)
+changed('x', name)
 return released
 `;
 
@@ -273,6 +284,23 @@ return released
 const LUA_MODE = `${LUA_COMMON}
 if not redis.call('HGET', P .. 'last', ARGV[2]) then return redis.error_reply('ENOENT no such name: ' .. ARGV[2]) end
 redis.call('HSET', P .. 'modes', ARGV[2], ARGV[3])
+changed('f', ARGV[2])
+return 1
+`;
+
+/** makeDir(name, mode) */
+const LUA_MKDIR = `${LUA_COMMON}
+redis.call('ZADD', P .. 'dirs', 0, ARGV[2])
+redis.call('HSET', P .. 'dirmodes', ARGV[2], ARGV[3])
+changed('D', ARGV[2])
+return 1
+`;
+
+/** removeDir(name) */
+const LUA_RMDIR = `${LUA_COMMON}
+redis.call('ZREM', P .. 'dirs', ARGV[2])
+redis.call('HDEL', P .. 'dirmodes', ARGV[2])
+changed('d', ARGV[2])
 return 1
 `;
 
@@ -382,6 +410,8 @@ interface Scripts {
   cascadeRemove(totals: string, ...args: string[]): Promise<string[]>;
   cascadePin(totals: string, ...args: string[]): Promise<number>;
   cascadeMode(totals: string, ...args: string[]): Promise<number>;
+  cascadeMkdir(totals: string, ...args: string[]): Promise<number>;
+  cascadeRmdir(totals: string, ...args: string[]): Promise<number>;
   cascadeForget(totals: string, ...args: string[]): Promise<number>;
   cascadeInodes(totals: string, ...args: string[]): Promise<number>;
   cascadePlace(totals: string, ...args: string[]): Promise<number>;
@@ -426,11 +456,24 @@ function mapError(e: unknown): unknown {
   return new CascadeError('EIO', `metadata on Redis: ${message}`, { cause: e });
 }
 
+const CHANGE_KINDS: Record<string, NameChange['kind']> = { f: 'file', x: 'removed', r: 'renamed', D: 'dirMade', d: 'dirRemoved' };
+
+/** A change message of the scripts' changed(): undefined for this client's own, or one it cannot read. */
+function parseChange(message: string, origin: string): NameChange | undefined {
+  const [from, k, name, to] = message.split('\0');
+  const kind = CHANGE_KINDS[k];
+  if (from === origin || kind === undefined || name === undefined) return undefined;
+  if (kind === 'renamed') return to === undefined ? undefined : { kind, name, to };
+  return { kind, name };
+}
+
 export class RedisMeta implements MetaEngine, ClusterDirectory {
   readonly kind = 'redis';
   private closed = false;
   private readonly prefix: string;
   private readonly totalsKey: string;
+  /** Who this client is in the change messages it causes (its own are not told back to it). */
+  private readonly origin = randomBytes(8).toString('hex');
 
   private constructor(
     private readonly client: Client,
@@ -444,6 +487,8 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
       ['cascadeRemove', LUA_REMOVE],
       ['cascadePin', LUA_PIN],
       ['cascadeMode', LUA_MODE],
+      ['cascadeMkdir', LUA_MKDIR],
+      ['cascadeRmdir', LUA_RMDIR],
       ['cascadeForget', LUA_FORGET],
       ['cascadeInodes', LUA_INODES],
       ['cascadePlace', LUA_PLACE],
@@ -564,6 +609,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
         ...where,
         knownOnly ? '1' : '',
         dramHolder ?? '',
+        this.origin,
       );
       const [version, time, fileIno, ...released] = r;
       return {
@@ -576,7 +622,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
   async remove(name: string): Promise<{ released: string[] }> {
     return this.guard(async () => {
       checkName(name);
-      return { released: (await this.scripts.cascadeRemove(this.totalsKey, this.prefix, name)).map(String) };
+      return { released: (await this.scripts.cascadeRemove(this.totalsKey, this.prefix, name, this.origin)).map(String) };
     });
   }
 
@@ -586,7 +632,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
       checkName(to, 'to');
       checkTimeMs(timeMs);
       checkKeepVersions(keepVersions);
-      const r = await this.scripts.cascadeRename(this.totalsKey, this.prefix, from, to, String(timeMs), String(keepVersions));
+      const r = await this.scripts.cascadeRename(this.totalsKey, this.prefix, from, to, String(timeMs), String(keepVersions), this.origin);
       const [version, time, ino, sha, size, ...released] = r;
       return {
         version: { name: to, version: Number(version), sha256: String(sha), sizeBytes: Number(size), timeMs: Number(time), ino: Number(ino) },
@@ -623,7 +669,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
     return this.guard(async () => {
       checkName(name);
       checkMode(mode);
-      await this.scripts.cascadeMode(this.totalsKey, this.prefix, name, String(mode));
+      await this.scripts.cascadeMode(this.totalsKey, this.prefix, name, String(mode), this.origin);
     });
   }
 
@@ -644,6 +690,44 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
         .filter(([n]) => after === undefined || Buffer.compare(Buffer.from(n), Buffer.from(after)) > 0)
         .sort(([a], [b]) => Buffer.compare(Buffer.from(a), Buffer.from(b)))
         .slice(0, options.limit);
+    });
+  }
+
+  async makeDir(name: string, mode: number): Promise<void> {
+    return this.guard(async () => {
+      checkName(name);
+      checkMode(mode);
+      await this.scripts.cascadeMkdir(this.totalsKey, this.prefix, name, String(mode), this.origin);
+    });
+  }
+
+  async removeDir(name: string): Promise<void> {
+    return this.guard(async () => {
+      checkName(name);
+      await this.scripts.cascadeRmdir(this.totalsKey, this.prefix, name, this.origin);
+    });
+  }
+
+  async dirMode(name: string): Promise<number | undefined> {
+    return this.guard(async () => {
+      checkName(name);
+      const m = await this.client.hget(this.key('dirmodes'), name);
+      return m === null ? undefined : Number(m);
+    });
+  }
+
+  async dirs(prefix: string, options: ListOptions): Promise<Array<[string, number]>> {
+    return this.guard(async () => {
+      checkListArgs(prefix, options);
+      if (options.limit === 0) return [];
+      const after = options.after;
+      const min = after !== undefined && Buffer.compare(Buffer.from(after), Buffer.from(prefix)) >= 0 ? `(${after}` : `[${prefix}`;
+      const bound = prefixUpperBound(prefix);
+      const names = await this.client.zrangebylex(this.key('dirs'), min, bound === undefined ? '+' : `(${bound}`, 'LIMIT', '0', String(options.limit));
+      if (names.length === 0) return [];
+      const modes = await this.client.hmget(this.key('dirmodes'), ...names);
+      // A directory removed between the two reads has no mode: it is left out.
+      return names.flatMap((n, i) => (modes[i] === null ? [] : [[n, Number(modes[i])] as [string, number]]));
     });
   }
 
@@ -699,6 +783,34 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
     return this.guard(async () => {
       await this.client.ping();
     });
+  }
+
+  async watchChanges(listener: ChangeListener): Promise<() => Promise<void>> {
+    const sub = (this.client.duplicate as () => Client).call(this.client);
+    sub.on('error', () => {}); // a lost connection is a reset (below); ioredis reconnects and resubscribes
+    const channel = `${this.prefix}changes`;
+    let ready = false;
+    sub.on('ready', () => {
+      if (ready) listener.reset(); // reconnected: what was published meanwhile is lost
+      ready = true;
+    });
+    sub.on('message', (ch: string, message: string) => {
+      if (ch !== channel) return;
+      const c = parseChange(message, this.origin);
+      if (c !== undefined) listener.change(c);
+    });
+    try {
+      if (sub.status !== 'ready') await sub.connect().catch((e: unknown) => (sub.status === 'ready' ? undefined : Promise.reject(e)));
+      await sub.subscribe(channel);
+    } catch (e) {
+      sub.disconnect();
+      throw new CascadeError('EIO', `metadata on Redis: cannot watch changes: ${(e as Error).message}`, { cause: e });
+    }
+    return async () => {
+      sub.removeAllListeners('message');
+      sub.removeAllListeners('ready');
+      await sub.quit().catch(() => sub.disconnect());
+    };
   }
 
   async close(): Promise<void> {

@@ -53,7 +53,7 @@ import {
 import { entriesAfter, JournalWriter, type JournalEntry, type JournalOp, type JournalReads } from './journal';
 
 /** Bump when the schema changes; a database with a newer one is refused (an older binary must not write it). */
-const SCHEMA_VERSION = 3;
+const SCHEMA_VERSION = 4;
 /** How long a statement waits for a lock held by another connection before EBUSY. */
 const BUSY_TIMEOUT_MS = 1000;
 /**
@@ -74,6 +74,9 @@ export const GROUP_COMMIT_MAX_MS = 1000;
 const GROUP_COMMIT_MAX_MUTATIONS = 256;
 /** The mutations that may wait in the group (see the header); any other commits it. */
 const GROUPED_OPS: ReadonlySet<JournalOp['op']> = new Set(['commit', 'allocateInodes']);
+
+/** Directories made by mkdir (schema 4). */
+const DIRS_SCHEMA = 'CREATE TABLE dirs (name TEXT PRIMARY KEY, mode INTEGER NOT NULL) WITHOUT ROWID;';
 
 const SCHEMA = `
   CREATE TABLE names (
@@ -97,6 +100,7 @@ const SCHEMA = `
     refs INTEGER NOT NULL CHECK (refs > 0),
     pinned INTEGER NOT NULL
   ) WITHOUT ROWID;
+  ${DIRS_SCHEMA}
 `;
 
 interface VersionRow {
@@ -165,6 +169,10 @@ function prepareStatements(db: Database.Database) {
     setMode: db.prepare<[number | null, string]>('UPDATE names SET mode = ? WHERE name = ?'),
     modeOf: db.prepare<[string], number | null>('SELECT mode FROM names WHERE name = ?').pluck(),
     modes: db.prepare<[string, number], { name: string; mode: number }>('SELECT name, mode FROM names WHERE mode IS NOT NULL AND name > ? ORDER BY name LIMIT ?'),
+    makeDir: db.prepare<[string, number]>('INSERT INTO dirs (name, mode) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET mode = excluded.mode'),
+    removeDir: db.prepare<[string]>('DELETE FROM dirs WHERE name = ?'),
+    dirMode: db.prepare<[string], number>('SELECT mode FROM dirs WHERE name = ?').pluck(),
+    dirsFrom: db.prepare<[string, string, number], { name: string; mode: number }>('SELECT name, mode FROM dirs WHERE name > ? AND name >= ? ORDER BY name LIMIT ?'),
     listFrom: db.prepare<[string, number], string>(listSql('>=', false)).pluck(),
     listAfter: db.prepare<[string, number], string>(listSql('>', false)).pluck(),
     listFromBounded: db.prepare<[string, string, number], string>(listSql('>=', true)).pluck(),
@@ -334,15 +342,22 @@ export class SqliteMeta implements MetaEngine {
     if (version > SCHEMA_VERSION) {
       throw new CascadeError('EINVAL', `${path} has metadata schema ${version}, newer than ${SCHEMA_VERSION} of this build; upgrade Cascade`);
     }
+    if (version < 1) throw new CascadeError('EINVAL', `${path}: unknown metadata schema ${version}`);
     if (version === 1) SqliteMeta.migrateFrom1(db);
     if (version <= 2) SqliteMeta.migrateFrom2(db);
-    else if (version !== SCHEMA_VERSION) throw new CascadeError('EINVAL', `${path}: unknown metadata schema ${version}`);
+    if (version <= 3) SqliteMeta.migrateFrom3(db);
   }
 
   /** Schema 2 kept no modes: every name is 0644 until chmod. */
   private static migrateFrom2(db: Database.Database): void {
     db.exec('ALTER TABLE names ADD COLUMN mode INTEGER');
-    db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").run(SCHEMA_VERSION);
+    db.prepare("UPDATE meta SET value = 3 WHERE key = 'schema_version'").run();
+  }
+
+  /** Schema 3 kept no directories: only those holding names came back after a restart. */
+  private static migrateFrom3(db: Database.Database): void {
+    db.exec(DIRS_SCHEMA);
+    db.prepare("UPDATE meta SET value = 4 WHERE key = 'schema_version'").run();
   }
 
   /** Schema 1 had no inode numbers: each existing name becomes a file with a fresh one. */
@@ -409,6 +424,38 @@ export class SqliteMeta implements MetaEngine {
     return this.guard(() => {
       checkListArgs('', options);
       return this.stmt.modes.all(options.after ?? '', options.limit).map((r) => [r.name, r.mode] as [string, number]);
+    });
+  }
+
+  async makeDir(name: string, mode: number): Promise<void> {
+    return this.guard(() => {
+      this.execute({ op: 'makeDir', name, mode });
+    });
+  }
+
+  async removeDir(name: string): Promise<void> {
+    return this.guard(() => {
+      this.execute({ op: 'removeDir', name });
+    });
+  }
+
+  async dirMode(name: string): Promise<number | undefined> {
+    return this.guard(() => {
+      checkName(name);
+      return this.stmt.dirMode.get(name);
+    });
+  }
+
+  async dirs(prefix: string, options: ListOptions): Promise<Array<[string, number]>> {
+    return this.guard(() => {
+      checkListArgs(prefix, options);
+      const out: Array<[string, number]> = [];
+      // Rows from the prefix on, in order, until the first that does not start with it.
+      for (const r of this.stmt.dirsFrom.iterate(options.after ?? '', prefix, options.limit)) {
+        if (!r.name.startsWith(prefix)) break;
+        out.push([r.name, r.mode]);
+      }
+      return out;
     });
   }
 
@@ -593,6 +640,21 @@ export class SqliteMeta implements MetaEngine {
         checkMode(mode);
         return this.mutate(op, replaySeq, () => {
           if (this.stmt.setMode.run(mode, name).changes === 0) throw new CascadeError('ENOENT', `no such name: ${name}`);
+        });
+      }
+      case 'makeDir': {
+        const { name, mode } = op;
+        checkName(name);
+        checkMode(mode);
+        return this.mutate(op, replaySeq, () => {
+          this.stmt.makeDir.run(name, mode);
+        });
+      }
+      case 'removeDir': {
+        const { name } = op;
+        checkName(name);
+        return this.mutate(op, replaySeq, () => {
+          this.stmt.removeDir.run(name);
         });
       }
       case 'allocateInodes':

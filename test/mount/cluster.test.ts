@@ -95,6 +95,37 @@ print("ok")
     assert.equal(check.code, 0, check.stderr);
   });
 
+  it('an empty directory made on A is seen on B at once (stat, listing, a create in it), keeps its mode, and rmdir on B removes it for A', function () {
+    const r = py(`
+import os
+os.umask(0)
+os.makedirs("${mnt('a')}/kv/sg/hicache", exist_ok=True)
+os.mkdir("${mnt('a')}/kv/sg/private", 0o700)
+`);
+    assert.equal(r.code, 0, r.stderr);
+    const check = py(`
+import os, stat
+b = "${mnt('b')}/kv/sg"
+assert stat.S_ISDIR(os.stat(b + "/hicache").st_mode)
+assert stat.S_IMODE(os.stat(b + "/private").st_mode) == 0o700, oct(os.stat(b + "/private").st_mode)
+assert sorted(os.listdir(b)) == ["hicache", "private"], os.listdir(b)
+assert [e.name for e in os.scandir(b + "/hicache")] == []
+with open(b + "/hicache/page.bin", "wb") as f: f.write(b"p" * 4096)
+try:
+    os.rmdir(b + "/hicache")
+    raise SystemExit("rmdir of a directory holding a file succeeded")
+except OSError as e:
+    assert e.errno == 39, e
+os.rmdir(b + "/private")
+print("ok")
+`);
+    assert.equal(check.code, 0, check.stderr);
+    assert.equal(fs.readFileSync(`${mnt('a')}/kv/sg/hicache/page.bin`).length, 4096);
+    // A's kernel may keep the name for its entry validity (1 s); past it, A asks and finds it gone.
+    assert.equal(sh(`for i in $(seq 40); do [ -e ${mnt('a')}/kv/sg/private ] || exit 0; sleep 0.05; done; exit 1`).code, 0, 'removed on B: gone on A within 2 s');
+    assert.equal(py(`import os; os.rmdir("${mnt('c')}/kv/sg/hicache")`).code !== 0, true, 'C sees the file B wrote: not empty');
+  });
+
   it('global dedup: content already stored on A is put on C without moving bytes; link by hash works across nodes', function () {
     const data = seededBytes(13, 2 * 1024 * 1024);
     const src = path.join(root, 'dup.bin');

@@ -148,6 +148,34 @@ with open(d + '/gone', 'wb') as f: f.write(b'g')
     assert.deepEqual(modes(), want, 'after the restart');
   });
 
+  it('empty directories survive a restart with their mkdir modes; a renamed one moves, a removed one stays gone', async function () {
+    const d = `${mnt}/kv/llama/dirs`;
+    const r = py(`
+import os
+d = ${JSON.stringify(d)}
+os.umask(0)
+os.makedirs(d + '/empty/deeper', exist_ok=True)
+os.mkdir(d + '/private', 0o700)
+os.mkdir(d + '/from', 0o750)
+os.mkdir(d + '/from/inner')
+os.rename(d + '/from', d + '/to')
+os.mkdir(d + '/gone')
+os.rmdir(d + '/gone')
+`);
+    assert.equal(r.code, 0, r.stderr);
+    const want = { empty: 0o777, 'empty/deeper': 0o777, private: 0o700, to: 0o750, 'to/inner': 0o777 };
+    const seen = () => Object.fromEntries(Object.keys(want).map((n) => [n, fs.statSync(`${d}/${n}`).mode & 0o7777]));
+    assert.deepEqual(seen(), want, 'before the restart');
+    await daemon.stop();
+    await daemon.start();
+    assert.deepEqual(seen(), want, 'after the restart');
+    assert.equal(fs.existsSync(`${d}/from`), false, 'the old name of a renamed directory');
+    assert.equal(fs.existsSync(`${d}/gone`), false, 'a removed directory');
+    assert.deepEqual(fs.readdirSync(d).sort(), ['empty', 'private', 'to']);
+    fs.writeFileSync(`${d}/private/f`, 'x'); // usable after the restart
+    assert.equal(fs.readFileSync(`${d}/private/f`, 'utf8'), 'x');
+  });
+
   it('errno table: every row gives its errno, leaves content intact and the daemon alive', () => {
     const d = `${mnt}/kv/llama/errs`;
     assert.equal(sh(`mkdir -p ${d} && printf committed > ${d}/f`).code, 0);

@@ -667,6 +667,31 @@ export function metaConformance(label: string, open: () => Promise<MetaFixture>)
       });
     });
 
+    describe('directories', function () {
+      it('keeps directories with their modes across reopen, lists them by prefix in order, forgets them on removeDir', async function () {
+        await engine.makeDir('m', 0o755);
+        await engine.makeDir('m/d', 0o700);
+        await engine.makeDir('m/d/e', 0o750);
+        await engine.makeDir('m/dx', 0o711);
+        await engine.makeDir('n', 0o755);
+        assert.equal(await engine.dirMode('m/d'), 0o700);
+        assert.equal(await engine.dirMode('m/none'), undefined);
+        assert.deepEqual(await engine.list('', { limit: 10 }), [], 'a directory is not a name');
+        assert.deepEqual(await engine.dirs('m/d/', { limit: 10 }), [['m/d/e', 0o750]], 'only what starts with the prefix');
+        assert.deepEqual(await engine.dirs('m/', { limit: 2 }), [['m/d', 0o700], ['m/d/e', 0o750]]);
+        assert.deepEqual(await engine.dirs('m/', { after: 'm/d/e', limit: 10 }), [['m/dx', 0o711]]);
+        await engine.makeDir('m/d', 0o770);
+        assert.equal(await engine.dirMode('m/d'), 0o770, 'a second makeDir sets the mode');
+        if (await reopen()) assert.deepEqual(await engine.dirs('', { limit: 10 }), [['m', 0o755], ['m/d', 0o770], ['m/d/e', 0o750], ['m/dx', 0o711], ['n', 0o755]], 'kept across reopen');
+        await engine.removeDir('m/d/e');
+        await engine.removeDir('m/d/e'); // no record: no error
+        assert.equal(await engine.dirMode('m/d/e'), undefined);
+        if (await reopen()) assert.deepEqual(await engine.dirs('m/', { limit: 10 }), [['m/d', 0o770], ['m/dx', 0o711]], 'the removal persists');
+        for (const bad of [-1, 0o10000, 1.5]) await rejectsWith(engine.makeDir('m/bad', bad), 'EINVAL');
+        assert.equal(await engine.dirMode('m/bad'), undefined, 'nothing kept by a refused call');
+      });
+    });
+
     describe('lifecycle', function () {
       it('finds everything committed after close and reopen', async function () {
         if (fixture.reopen === undefined) this.skip();

@@ -331,6 +331,8 @@ describe('SqliteMeta', function () {
       assert.deepEqual(await meta.block(sha(2)), { sha256: sha(2), sizeBytes: 2, refs: 1, pinned: true });
       const fresh = await meta.allocateInodes(1);
       assert.ok(fresh > Math.max(a[0].ino, b[0].ino), 'the counter starts past the migrated numbers');
+      await meta.makeDir('m/d', 0o700);
+      assert.deepEqual(await meta.dirs('', { limit: 10 }), [['m/d', 0o700]], 'the migrated database keeps directories');
     } finally {
       await meta.close();
     }
