@@ -31,8 +31,12 @@ const HOLD_TIMEOUT_MS = 30_000;
 /** A fetch may take this long, plus the block at the slowest rate still worth waiting for. */
 const FETCH_TIMEOUT_BASE_MS = 2_000;
 const FETCH_SLOWEST_BYTES_PER_MS = 50 * MiB / 1000;
-/** A peer whose fetch failed (timeout, transport) is skipped for this long: reads go to the shared tier. */
-const SUSPECT_MS = 10_000;
+/**
+ * A peer whose fetch failed (timeout, transport) is skipped, and reads go to the shared tier, until it
+ * shows it lives: a heartbeat published after the failure (every NODE_HEARTBEAT_MS), or a new
+ * address (restarted). A dead peer then costs one stall (the fabric's reply bound, 500 ms), not one
+ * per block; its lease runs out and it leaves the live nodes.
+ */
 /** How often the peers' addresses and liveness may be looked up again. */
 const PEERS_REFRESH_MS = 1_000;
 const PEERS_STALE_MS = 5_000;
@@ -62,11 +66,12 @@ export interface RemoteDramFigures {
 }
 
 export class RemoteDram {
-  private peers = new Map<string, { address: string; live: boolean }>();
+  /** Peers by node: their fabric address, whether their lease lives, and their last heartbeat's time. */
+  private peers = new Map<string, { address: string; live: boolean; atMs: number }>();
   private peersAtMs = 0;
   private peersRefresh: Promise<void> | undefined;
-  /** Peers whose fetch failed, by node: skipped until `untilMs`, unless they come back at a new address. */
-  private readonly suspects = new Map<string, { untilMs: number; address: string }>();
+  /** Peers whose fetch failed, by node: skipped until a heartbeat after `failedAtMs`, or a new address. */
+  private readonly suspects = new Map<string, { failedAtMs: number; address: string }>();
   private readonly pending = new Map<string, boolean>(); // sha -> held
   /** sha -> holders other than this node and when they were read, oldest first (see HOLDERS_NOTED_MS). */
   private readonly noted = new Map<string, { holders: string[]; atMs: number }>();
@@ -132,7 +137,7 @@ export class RemoteDram {
     const usable = (n: string) => {
       const p = this.peers.get(n);
       const s = this.suspects.get(n);
-      return p?.live === true && (s === undefined || s.untilMs <= now || s.address !== p.address);
+      return p?.live === true && (s === undefined || p.atMs > s.failedAtMs || s.address !== p.address);
     };
     if (holders.some((n) => !usable(n)) && this.suspects.size > 0) await this.refreshPeers(); // a suspect may have restarted
     const candidates = holders.filter(usable);
@@ -156,8 +161,8 @@ export class RemoteDram {
           // The peer no longer holds it: drop the stale hint (the peer would, too, when it evicted).
           this.directory.advertiseDram([{ sha256: sha, node: peer, held: false }]).catch(() => undefined);
         } else if (code !== 'EBUSY') {
-          this.suspects.set(peer, { untilMs: Date.now() + SUSPECT_MS, address });
-          this.warn(`remote DRAM: fetch of ${sha} from ${peer} failed (${(e as Error).message}); reading it elsewhere, skipping ${peer} for ${SUSPECT_MS} ms`);
+          this.suspects.set(peer, { failedAtMs: Date.now(), address });
+          this.warn(`remote DRAM: fetch of ${sha} from ${peer} failed (${(e as Error).message}); reading it elsewhere, skipping ${peer} until its next heartbeat`);
         }
       }
     }
@@ -223,10 +228,17 @@ export class RemoteDram {
     if (Date.now() - this.peersAtMs < PEERS_REFRESH_MS) return Promise.resolve();
     this.peersRefresh ??= (async () => {
       try {
-        const next = new Map<string, { address: string; live: boolean }>();
+        const next = new Map<string, { address: string; live: boolean; atMs: number }>();
         for (const n of await this.directory.nodeStats()) {
-          const address = (n.stats as { remote?: { address?: unknown } } | undefined)?.remote?.address;
-          if (typeof address === 'string' && /^[0-9a-f]{2,1024}$/.test(address)) next.set(n.node, { address, live: n.live });
+          const stats = n.stats as { atMs?: unknown; remote?: { address?: unknown } } | undefined;
+          const address = stats?.remote?.address;
+          const atMs = typeof stats?.atMs === 'number' ? stats.atMs : 0;
+          if (typeof address === 'string' && /^[0-9a-f]{2,1024}$/.test(address)) next.set(n.node, { address, live: n.live, atMs });
+        }
+        // A suspect that came back (a heartbeat after its failure, or a new address) is one no longer.
+        for (const [node, s] of this.suspects) {
+          const p = next.get(node);
+          if (p === undefined || !p.live || p.atMs > s.failedAtMs || p.address !== s.address) this.suspects.delete(node);
         }
         this.peers = next;
         this.peersAtMs = Date.now();

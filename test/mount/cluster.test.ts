@@ -126,6 +126,32 @@ print("ok")
     assert.equal(py(`import os; os.rmdir("${mnt('c')}/kv/sg/hicache")`).code !== 0, true, 'C sees the file B wrote: not empty');
   });
 
+  it('close-to-open across nodes: a rewrite on A is what B opens next, within the stated bound; B never reads a mix', function () {
+    // B's native cache answers opens of a name it has read; A's commit tells B through Redis before
+    // A's close() returns, and B drops the name when its event loop takes that message.
+    const r = py(`
+import os, time, json
+a = "${mnt('a')}/kv/c2o/block"
+b = "${mnt('b')}/kv/c2o/block"
+os.makedirs(os.path.dirname(a), exist_ok=True)
+lags, stale = [], 0
+for i in range(40):
+    data = (b"%08d" % i) * (65536 // 8)
+    with open(a, "wb") as f: f.write(data)
+    t0 = time.perf_counter()
+    while True:
+        with open(b, "rb") as f: got = f.read()
+        assert len(got) == len(data) and got == got[:8] * (len(got) // 8), "a mixed or cut read"
+        if got == data: break
+        stale += 1
+        assert time.perf_counter() - t0 < 1.0, "B still reads the old version 1 s after A's close"
+    lags.append(time.perf_counter() - t0)
+print(json.dumps({"stale": stale, "maxLagMs": round(max(lags) * 1000, 2)}))
+`);
+    assert.equal(r.code, 0, r.stderr);
+    console.log(`      close-to-open A -> B: ${r.stdout.trim()}`);
+  });
+
   it('global dedup: content already stored on A is put on C without moving bytes; link by hash works across nodes', function () {
     const data = seededBytes(13, 2 * 1024 * 1024);
     const src = path.join(root, 'dup.bin');

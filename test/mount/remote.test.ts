@@ -175,7 +175,7 @@ describe('remote DRAM tier: three daemons, reads from each other\'s memory over 
     assert.equal(remote, blocks.length, `and once from the first reader's DRAM: ${why}`);
   });
 
-  it('kill -9 of B while C reads blocks from B\'s DRAM: every read byte-exact, the fallback within the fetch timeout', async function () {
+  it('kill -9 of B while C reads blocks from B\'s DRAM: every read byte-exact, one stall for the dead peer (<= the 500 ms reply bound), not one per block or per 10 s', async function () {
     const count = 30;
     const blocks = Array.from({ length: count }, (_, i) => seededBytes(100 + i, 1024 * 1024 + i));
     fs.mkdirSync(`${trio.mnt('b')}/kv/m/r4`, { recursive: true });
@@ -190,7 +190,7 @@ for i, want in enumerate(exp):
     t = time.monotonic()
     got = hashlib.sha256(open("${trio.mnt('c')}/kv/m/r4/%d" % i, "rb").read()).hexdigest()
     print(i, "ok" if got == want else "WRONG", round((time.monotonic() - t) * 1000), flush=True)
-    time.sleep(0.05)
+    time.sleep(0.5)  # the reads span more than 10 s after the kill
 `,
       expected.join(','),
     ]);
@@ -204,8 +204,13 @@ for i, want in enumerate(exp):
     const lines = out.trim().split('\n').map((l) => l.split(' '));
     assert.equal(lines.length, count, out);
     assert.deepEqual(lines.filter((l) => l[1] !== 'ok'), [], 'no wrong bytes');
-    const slowest = Math.max(...lines.map((l) => Number(l[2])));
-    assert.ok(slowest < 5_000, `slowest read ${slowest} ms (fetch timeout ~2 s, then the shared tier)`);
+    const ms = lines.map((l) => Number(l[2]));
+    const slowest = Math.max(...ms);
+    assert.ok(slowest < 1_500, `slowest read ${slowest} ms (the 500 ms reply bound, then the shared tier)`);
+    // A read past 250 ms is a stall on the dead peer (a shared-tier read of 1 MiB takes a few ms).
+    const stalls = ms.filter((t) => t > 250).length;
+    console.log(`      dead peer: slowest read ${slowest} ms, ${stalls} stalled of ${ms.length}`);
+    assert.ok(stalls <= 1, `${stalls} reads stalled on the dead peer (${ms.join(' ')} ms)`);
     await trio.start('b');
   });
 

@@ -103,7 +103,8 @@ struct FetchState {
   ArenaHold local;
   Fabric::Done done;
   bool doneCalled = false;
-  Clock::time_point deadline;
+  Clock::time_point deadline;     // now: the hold's reply deadline while it is awaited
+  Clock::time_point fullDeadline;  // the whole fetch's (the caller's timeout)
   enum Phase { kWaiting, kHoldSent, kReading } phase = kWaiting;
   bool held = false;
   uint64_t holdId = 0;
@@ -485,7 +486,8 @@ void Fabric::Impl::TakeCommands() {
     memcpy(f->name, c.name, kContentNameBytes);
     f->sizeBytes = c.sizeBytes;
     f->done = std::move(c.done);
-    f->deadline = Clock::now() + std::chrono::milliseconds(c.timeoutMs);
+    f->fullDeadline = Clock::now() + std::chrono::milliseconds(c.timeoutMs);
+    f->deadline = f->fullDeadline;
     Status s = arena->Keep(c.localHandle, &f->local);
     if (s != Status::kOk || f->local.sizeBytes != c.sizeBytes) {
       if (s == Status::kOk) arena->Unhold(f->local);
@@ -520,6 +522,8 @@ void Fabric::Impl::StartWaiting(PeerState& peer) {
     FetchState& f = *it->second;
     peer.active++;
     f.phase = FetchState::kHoldSent;
+    // A dead or silent peer costs at most the reply bound, not the whole transfer's timeout.
+    f.deadline = std::min(f.fullDeadline, Clock::now() + std::chrono::milliseconds(config.replyTimeoutMs));
     std::string msg(sizeof(Header) + sizeof(HoldBody) + address.size(), '\0');
     Header h{kMagic, kWireVersion, kMsgHold, f.id};
     HoldBody b{};
@@ -621,6 +625,7 @@ void Fabric::Impl::OnHeld(const Header& h, const uint8_t* body, size_t length) {
     return;
   }
   FetchState& f = *it->second;
+  f.deadline = f.fullDeadline;  // the peer answered: the transfer has the caller's whole timeout
   if (granted) {
     f.held = true;
     f.holdId = r.holdId;

@@ -32,6 +32,7 @@ struct FabricConfig {
   uint32_t queuedFetchesMax = 256;        // fetches waiting or running, all peers; past it: kBusy
   uint32_t holdsMax = 1024;               // holds this node grants at once; past it peers get BUSY
   uint64_t holdTimeoutMs = 30000;         // a hold a peer never released ends after this
+  uint64_t replyTimeoutMs = 500;          // a peer that does not answer a hold within this is given up
   uint64_t pieceBytes = 512 << 10;        // largest single fi_read: small enough that hashing overlaps the transfer
   uint32_t readsPerFetchMax = 16;         // fi_reads outstanding per fetch
 };
