@@ -39,7 +39,7 @@ import {
   type MountStats,
   type WarmupProgress,
 } from './cli/mounted';
-import { defaultDataDir, defaultDramBytes, ENGINES, FUSE_URING_MODES, type EngineChoice, type FuseUringMode } from './daemon/defaults';
+import { defaultDataDir, defaultDramBytes, ENGINES, FUSE_URING_MODES, VERIFY_MODES, type EngineChoice, type FuseUringMode, type VerifyMode } from './daemon/defaults';
 import { formatBytes, parseSize } from './cli/size';
 import { createDaemonLog, LOG_LEVELS, type LogLevel } from './daemon/log';
 
@@ -274,6 +274,7 @@ interface MountArgs extends CommonArgs {
   fabricAddr?: string;
   dramWatermarks?: string;
   remotePromoteAfter?: number;
+  verify: string;
   gpu?: string;
   gpuDevice?: number;
   metrics?: string;
@@ -289,7 +290,7 @@ const GROUP_COMMIT_RULE = {
 /** Keys a `cascade mount --config FILE` may set: the mount flags, as spelled on the command line. */
 const MOUNT_CONFIG_KEYS = [
   'data', 'dram', 'dram-watermarks', 'disk', 'pin-quota', 'keep-versions', 'meta-group-commit-ms', 'kernel-cache', 'page-cache', 'disk-page-cache', 'engine', 'cluster', 'node', 'shared', 'fabric', 'fabric-addr', 'remote-promote-after',
-  'gpu', 'gpu-device', 'metrics', 'passthrough', 'fuse-uring', 'debug', 'log-level', 'log-file', 'quiet',
+  'verify', 'gpu', 'gpu-device', 'metrics', 'passthrough', 'fuse-uring', 'debug', 'log-level', 'log-file', 'quiet',
 ] as const;
 
 /**
@@ -324,6 +325,7 @@ export function loadMountConfig(file: string): Record<string, unknown> {
     if (key === 'fuse-uring' && !(FUSE_URING_MODES as readonly unknown[]).includes(value)) throw bad(FUSE_URING_MODES.join(', '));
     if ((key === 'log-level' || key === 'log-file') && typeof value !== 'string') throw bad('a string');
     if (key === 'engine' && !(ENGINES as readonly unknown[]).includes(value)) throw bad(ENGINES.join(', '));
+    if (key === 'verify' && !(VERIFY_MODES as readonly unknown[]).includes(value)) throw bad(VERIFY_MODES.join(', '));
     // A relative data directory means relative to the config file, not to wherever mount runs.
     const isDir = key === 'data' || key === 'shared' || key === 'log-file';
     const numeric = key === 'keep-versions' || key === 'meta-group-commit-ms' || key === 'remote-promote-after' || key === 'gpu-device';
@@ -420,6 +422,7 @@ async function mount(args: MountArgs): Promise<void> {
     engine: args.engine as EngineChoice,
     passthrough: args.passthrough,
     fuseUring: args.fuseUring as FuseUringMode,
+    verify: args.verify as VerifyMode,
     cluster,
   };
   const level = args.quiet ? 'warn' : args.logLevel;
@@ -937,6 +940,13 @@ export function buildCli(argv: string[]) {
             type: 'number',
             describe: `closes within this many ms share one metadata commit (saves ~70 us a create); each is in the metadata journal before it returns, so a kill -9 of the daemon loses none of them (the next mount applies them again). 0: each close commits on its own`,
             default: GROUP_COMMIT_DELAY_MS,
+          })
+          .option('verify', {
+            type: 'string',
+            choices: VERIFY_MODES,
+            default: 'crc32c',
+            describe:
+              'when a read of a block loading from disk, the shared tier or another node may return its bytes: crc32c, as each 256 KiB piece passes its CRC-32C (the whole SHA-256 is checked beside it and gates only what is kept); sha256, only once the whole block\'s SHA-256 matches',
           })
           .option('disk-page-cache', {
             type: 'boolean',

@@ -97,6 +97,11 @@ export interface NativeArenaBinding {
    * published to readers gated on the block (FuseSession.setLoadingReadSource) before the whole hash.
    */
   fillRecordAsync(handle: number, fd: number, recordOffsetBytes: number, sha256: string, aheadBytes: number): Promise<string>;
+  /**
+   * Strict verification (`--verify sha256`): readers of a block being filled wait for its whole
+   * SHA-256, not for their pieces' CRC-32C. Off by default.
+   */
+  setStrictVerify(strict: boolean): void;
   /** Unmap (after copies in flight finish). Later calls throw EBADF. */
   close(): void;
 }
@@ -120,7 +125,18 @@ export interface NativeFabricStats {
   badMessages: number;
   /** Messages a peer never took (gone): the fetches they belonged to timed out. */
   sendsDropped: number;
+  /** Fetched pieces that failed their CRC-32C (each failed its fetch; nothing of it was served). */
+  piecesCorrupt: number;
+  /** Fetched blocks whose pieces passed their CRCs but whose whole SHA-256 differs from the name (not kept). */
+  blocksCorrupt: number;
 }
+
+/**
+ * Tests only: what a holder does wrong on purpose. 'piece-crc': the first piece's CRC-32C it sends is
+ * wrong (a piece corrupted in transit); 'block-bytes': a byte of the held block is flipped in its memory
+ * before its CRCs are taken (CRCs right, SHA-256 wrong).
+ */
+export type NativeFabricFault = '' | 'piece-crc' | 'block-bytes';
 
 /** One libfabric endpoint with the DRAM arena registered for remote reads (native/src/core/fabric.h). */
 export interface NativeFabricBinding {
@@ -134,7 +150,9 @@ export interface NativeFabricBinding {
    * piece by piece while they arrived: the caller compares it with the name. Rejects ESTALE when the
    * peer does not hold it, EBUSY when too many fetches wait, EIO on timeouts and transport errors.
    */
-  fetch(peer: string, sha256: string, sizeBytes: number, handle: number, timeoutMs: number): Promise<string>;
+  fetch(peer: string, sha256: string, sizeBytes: number, handle: number, timeoutMs: number, onStreaming?: () => void): Promise<string>;
+  // onStreaming: the block is streamed; called once its pieces reach readers (Arena.waitFilled gates
+  // them) as each passes its CRC-32C from the peer's piece table. ECORRUPT: a piece failed its CRC.
   stats(): NativeFabricStats;
   /** Stop the progress thread and deregister (pending fetches reject EBADF). Idempotent. */
   close(): void;
@@ -485,6 +503,7 @@ export interface NativeBinding {
     fetchesPerPeerMax: number,
     holdsMax: number,
     holdTimeoutMs: number,
+    fault?: NativeFabricFault,
   ) => NativeFabricBinding;
   MetaTable: new (nodesMax: number, attrsMax: number, listedNamesMax?: number) => NativeMetaTableBinding;
   /** getxattr(2) by path; throws an Error whose `code` is the errno's name (ENODATA, ENOENT, ENOTCONN...). */

@@ -12,7 +12,7 @@ import { CascadeError } from './errors';
 import type { ClusterDirectory } from './meta';
 import { ThresholdPromotion } from './policy/promotion';
 import type { NativeArenaTier } from './tiers/native-dram';
-import { nativeCode, type NativeFabricBinding, type NativeFabricStats } from '../native';
+import { nativeCode, type NativeFabricBinding, type NativeFabricFault, type NativeFabricStats } from '../native';
 
 export interface RemoteDramOptions {
   /** libfabric provider, FI_PROVIDER syntax (default: $FI_PROVIDER, else "tcp;ofi_rxm"). */
@@ -99,11 +99,18 @@ export class RemoteDram {
       throw new CascadeError('EINVAL', `remote promotion threshold must be an integer in 1..1000000, got ${promote}`);
     }
     const provider = options.provider ?? process.env.FI_PROVIDER ?? 'tcp;ofi_rxm';
-    const fabric = dram.openFabric(provider, options.address ?? '', {
-      fetchesPerPeerMax: FETCHES_PER_PEER_MAX,
-      holdsMax: HOLDS_MAX,
-      holdTimeoutMs: HOLD_TIMEOUT_MS,
-    });
+    // Tests inject a holder's faults under a real daemon this way; said loudly.
+    const fault = process.env.CASCADE_FABRIC_FAULT;
+    if (fault !== undefined && fault !== '' && fault !== 'piece-crc' && fault !== 'block-bytes') {
+      throw new CascadeError('EINVAL', `CASCADE_FABRIC_FAULT must be piece-crc or block-bytes, got ${JSON.stringify(fault)}`);
+    }
+    if (fault) warn(`FAULT INJECTION ON (CASCADE_FABRIC_FAULT=${fault}): this node serves peers wrong bytes on purpose`);
+    const fabric = dram.openFabric(
+      provider,
+      options.address ?? '',
+      { fetchesPerPeerMax: FETCHES_PER_PEER_MAX, holdsMax: HOLDS_MAX, holdTimeoutMs: HOLD_TIMEOUT_MS },
+      fault as NativeFabricFault | undefined,
+    );
     return fabric && new RemoteDram(fabric, node, directory, warn, promote);
   }
 
@@ -113,9 +120,10 @@ export class RemoteDram {
 
   /**
    * Fill a local DRAM slot with `sha` from a peer that holds it in DRAM. false when no live peer could
-   * (the caller goes on to the shared tier); ENOSPC from the DRAM tier passes through.
+   * (the caller goes on to the shared tier); ENOSPC from the DRAM tier passes through. onStreaming:
+   * called with the slot's handle once its pieces reach readers as they pass their CRCs.
    */
-  async fetch(dram: NativeArenaTier, sha: string, sizeBytes: number): Promise<boolean> {
+  async fetch(dram: NativeArenaTier, sha: string, sizeBytes: number, onStreaming?: (handle: number) => void): Promise<boolean> {
     if (this.closed) return false;
     let holders: string[];
     const noted = this.noted.get(sha);
@@ -148,7 +156,11 @@ export class RemoteDram {
     for (const peer of candidates) {
       const address = this.peers.get(peer)!.address;
       try {
-        await dram.adopt(sha, sizeBytes, (handle) => this.fabric.fetch(address, sha, sizeBytes, handle, fetchTimeoutMs(sizeBytes)));
+        // Streamed: readers get each piece once it passes its CRC-32C; the block joins DRAM only
+        // once its whole SHA-256 matches (adopt checks the fill's hash).
+        await dram.adopt(sha, sizeBytes, (handle) =>
+          this.fabric.fetch(address, sha, sizeBytes, handle, fetchTimeoutMs(sizeBytes), onStreaming && (() => onStreaming(handle))),
+        );
         this.figures.loads++;
         this.figures.loadBytes += sizeBytes;
         return true;

@@ -64,6 +64,12 @@ export interface StoreConfig {
    * filesystem takes them, so blocks are not copied into, and cached twice in, memory).
    */
   diskPageCache?: boolean;
+  /**
+   * When a block loading into DRAM (from disk, the shared tier or a peer) may be read: 'crc32c'
+   * (default) as each piece passes its CRC-32C, its whole SHA-256 checked beside and gating only what
+   * is kept; 'sha256' only once the whole SHA-256 matches (the strict mode).
+   */
+  verify?: 'crc32c' | 'sha256';
   /** Sum of pinned block sizes allowed (default: half of DRAM). */
   pinQuotaBytes?: number;
   keepVersions?: number;
@@ -525,6 +531,7 @@ export class Store {
       const gpu = openGpu(config);
       if (gpu instanceof GpuTier) opened.push(gpu);
       else if (config.gpu) (config.log ?? ((m: string) => process.stderr.write(`cascade: ${m}\n`)))(`GPU tier off: ${gpu}`);
+      if (dram instanceof NativeArenaTier) dram.setStrictVerify(config.verify === 'sha256');
       store = new Store(dram, disk, meta, config, token, gpu);
       store.faults = faults;
       if (cluster && cluster.remote !== false && dram instanceof NativeArenaTier && dram.capacityBytes > 0) {
@@ -810,7 +817,8 @@ export class Store {
    * clients that read the shared arena directly. Only a mapped DRAM tier (the native arena) has extents;
    * with another tier this throws EOPNOTSUPP.
    * onLoading: called with the arena handle when the block is loaded from this node's disk by the
-   * native fill, before the load ends (FuseSession.setLoadingReadSource serves its checked pieces).
+   * native fill, or streamed from a peer's DRAM, before the load ends (FuseSession.setLoadingReadSource
+   * serves its pieces as they pass their CRC-32C).
    */
   async holdInDram(v: VersionRecord, onLoading?: (handle: number) => void): Promise<DramHold> {
     this.checkOpen();
@@ -2082,7 +2090,7 @@ export class Store {
       if (!reading && this.borrowed.delete(sha)) this.remote?.advertise(sha, true); // kept from now on
       return;
     }
-    if (tryRemote && (await this.fetchRemote(sha, sizeBytes, reading))) return;
+    if (tryRemote && (await this.fetchRemote(sha, sizeBytes, reading, onLoading))) return;
     let ended!: () => void;
     const loading = new Promise<void>((resolve) => (ended = resolve));
     const first = !this.dramLoading.has(sha);
@@ -2123,10 +2131,10 @@ export class Store {
    * Cluster, remote tier on: fetch a block this node lacks from a peer's DRAM into DRAM here. false
    * when no peer could (or no room): the caller reads the shared tier. Under the block's lock.
    */
-  private async fetchRemote(sha: string, sizeBytes: number, reading: boolean): Promise<boolean> {
+  private async fetchRemote(sha: string, sizeBytes: number, reading: boolean, onLoading?: (handle: number) => void): Promise<boolean> {
     const remote = this.remote;
     if (!remote || this.disk.has(sha) || !(this.dram instanceof NativeArenaTier) || !(await this.makeRoom(sizeBytes))) return false;
-    if (!(await remote.fetch(this.dram, sha, sizeBytes))) return false;
+    if (!(await remote.fetch(this.dram, sha, sizeBytes, onLoading))) return false;
     this.sharedClean.add(sha);
     this.admit(sha);
     if (reading) this.counters.hits.remote++;
@@ -2470,6 +2478,7 @@ function validateConfig(c: StoreConfig): void {
       throw new CascadeError('EINVAL', 'gpu.promoteAfterReads must be an integer >= 1');
     }
   }
+  if (c.verify !== undefined && c.verify !== 'crc32c' && c.verify !== 'sha256') throw new CascadeError('EINVAL', `verify must be crc32c or sha256, got ${JSON.stringify(c.verify)}`);
   if (c.cluster !== undefined) {
     if (!c.metaEngine) throw new CascadeError('EINVAL', 'cluster mode needs the shared metadata engine (metaEngine)');
     if (!NODE_NAME_RE.test(c.cluster.node)) throw new CascadeError('EINVAL', `bad node name ${JSON.stringify(c.cluster.node)}: letters, digits, _ . - (1-64)`);

@@ -29,3 +29,7 @@ export type EngineChoice = (typeof ENGINES)[number];
  */
 export const FUSE_URING_MODES = ['auto', 'on', 'off'] as const;
 export type FuseUringMode = (typeof FUSE_URING_MODES)[number];
+
+/** When a loading block's bytes may be read: as each piece passes its CRC-32C, or once its whole SHA-256 does. */
+export const VERIFY_MODES = ['crc32c', 'sha256'] as const;
+export type VerifyMode = (typeof VERIFY_MODES)[number];

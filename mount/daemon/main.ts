@@ -11,7 +11,7 @@ import { Store, type StoreConfig } from '../../store/store';
 import type { RemoteDramOptions } from '../../store/remote';
 import { CascadeError } from '../../store/errors';
 import { requireNative } from '../../native';
-import type { EngineChoice, FuseUringMode } from './defaults';
+import type { EngineChoice, FuseUringMode, VerifyMode } from './defaults';
 import { LocalServer } from '../socket/server';
 import { checkMountpoint, clearStaleMount, resolveMountpoint } from '../engine/mounts';
 import { formatBytes } from '../cli/size';
@@ -48,6 +48,8 @@ export interface MountOptions {
   passthrough?: boolean;
   /** Native engine: FUSE over io_uring (FUSE_URING_MODES; default auto). */
   fuseUring?: FuseUringMode;
+  /** When loading blocks' bytes may be read (StoreConfig.verify); default crc32c. */
+  verify?: VerifyMode;
   /**
    * One node of a cluster: metadata in Redis (`redis://host:port[/namespace]`, several hosts for a
    * Redis Cluster), this node's segments in `<shared>/nodes/<node>/` on the shared tier.
@@ -117,6 +119,7 @@ export async function runMount(opts: MountOptions): Promise<void> {
       dramWatermarks: opts.dramWatermarks,
       diskCapacityBytes: opts.diskBytes,
       diskPageCache: opts.diskPageCache,
+      verify: opts.verify,
       gpu: opts.gpu,
       keepVersions: opts.keepVersions,
       metaGroupCommitMs: opts.metaGroupCommitMs,

@@ -11,7 +11,7 @@ import { MiB } from '../constants';
 import { assert, CascadeError } from '../errors';
 import { validateSha256 } from '../names';
 import type { Tier, TierEntry, TierStats } from '../tier';
-import { nativeCode, requireNative, type NativeArenaBinding, type NativeArenaStats, type NativeFabricBinding, type NativeRegion } from '../../native';
+import { nativeCode, requireNative, type NativeArenaBinding, type NativeArenaStats, type NativeFabricBinding, type NativeFabricFault, type NativeRegion } from '../../native';
 import { arenaOptions, openArenaFile, type ShmArenaOptions } from './dram';
 
 /**
@@ -167,7 +167,8 @@ export class NativeArenaTier implements Tier {
         if (got !== key) throw new CascadeError('ECORRUPT', `dram tier: fetched bytes hash to ${got}, not ${key}`);
       } catch (e) {
         arena.free(handle); // pages a late remote read could still reach stay reserved until it ends (arena Keep)
-        throw e;
+        // Bytes that are not the block (a piece's CRC, the whole SHA-256): ECORRUPT, as the check above.
+        throw nativeCode(e) === 'ECORRUPT' ? new CascadeError('ECORRUPT', `dram tier: ${(e as Error).message}`, { cause: e }) : e;
       }
       arena.name(handle, key);
       this.track(key, { handle, sizeBytes });
@@ -215,18 +216,28 @@ export class NativeArenaTier implements Tier {
   }
 
   /** The arena binding, for the native FUSE engine's write stages (they allocate blocks in it). */
+  /** Readers of a block being filled wait for its whole SHA-256 (true) or for their pieces' CRC-32C. */
+  setStrictVerify(strict: boolean): void {
+    this.arena?.setStrictVerify(strict);
+  }
+
   arenaBinding(): NativeArenaBinding | undefined {
     this.checkOpen();
     return this.arena;
   }
 
   /** A libfabric endpoint with this arena registered for remote reads; undefined without libfabric. */
-  openFabric(provider: string, node: string, limits: { fetchesPerPeerMax: number; holdsMax: number; holdTimeoutMs: number }): NativeFabricBinding | undefined {
+  openFabric(
+    provider: string,
+    node: string,
+    limits: { fetchesPerPeerMax: number; holdsMax: number; holdTimeoutMs: number },
+    fault?: NativeFabricFault,
+  ): NativeFabricBinding | undefined {
     this.checkOpen();
     const binding = requireNative('the remote DRAM tier');
     if (binding.Fabric === undefined || this.arena === undefined) return undefined;
     try {
-      return new binding.Fabric(this.arena, provider, node, limits.fetchesPerPeerMax, limits.holdsMax, limits.holdTimeoutMs);
+      return new binding.Fabric(this.arena, provider, node, limits.fetchesPerPeerMax, limits.holdsMax, limits.holdTimeoutMs, fault);
     } catch (e) {
       throw fromNative(e, `remote DRAM tier: cannot open libfabric provider ${JSON.stringify(provider)}${node ? ` on ${node}` : ''}`);
     }

@@ -297,3 +297,86 @@ describe('remote DRAM tier in three network namespaces (veth + bridge)', functio
     }
   });
 });
+
+describe('remote DRAM tier: corruption in transit and at the holder (CASCADE_FABRIC_FAULT on the holder)', function () {
+  this.timeout(180_000);
+  let root: string;
+  let redis: RedisServers;
+  let trio: Trio;
+  // a: holds blocks and sends a wrong CRC for each first piece; b: holds blocks whose memory goes bad
+  // before their CRCs are taken (CRCs right, SHA-256 wrong); c: reads (crc32c); its strict twin is c
+  // restarted with --verify sha256.
+  const faults: Record<Node, string> = { a: 'piece-crc', b: 'block-bytes', c: '' };
+  let strictC = false;
+
+  before(async function () {
+    if (!canMount(['fusermount', 'python3', 'getfattr']) || !haveRedis() || !haveFabric()) this.skip();
+    root = tmpDir('remote-faults');
+    redis = await RedisServers.start(false);
+    trio = new Trio(root, `redis://127.0.0.1:${redis.ports[0]}/f${process.pid}`, (n) => ({
+      extra: ['--fabric', 'tcp;ofi_rxm', '--fabric-addr', '127.0.0.1', '--remote-promote-after', '1', ...(n === 'c' && strictC ? ['--verify', 'sha256'] : [])],
+    }));
+    for (const n of NODES) {
+      await trio.start(n);
+      // The fault is set in the daemon's environment: restart it with it.
+      trio.nodes[n].env = { CASCADE_FABRIC_FAULT: faults[n] };
+      await trio.nodes[n].stop();
+      await trio.start(n);
+    }
+  });
+
+  after(async function () {
+    await trio?.stop();
+    await redis?.stop();
+    if (root) rmDir(root);
+  });
+
+  async function corrupt(n: Node): Promise<number> {
+    const s = await trio.stats(n);
+    return (s.remote as unknown as { corrupt: number }).corrupt;
+  }
+
+  it('a piece that fails its CRC-32C is never served: the read is byte-exact from the shared tier, counted, and the holder marked', async function () {
+    const blocks = [seededBytes(60, 3 * 1024 * 1024), seededBytes(61, 3 * 1024 * 1024)];
+    fs.mkdirSync(`${trio.mnt('a')}/kv/m/crc`, { recursive: true });
+    blocks.forEach((d, i) => fs.writeFileSync(`${trio.mnt('a')}/kv/m/crc/${i}`, d));
+    const c0 = await trio.stats('c');
+    const k0 = await corrupt('c');
+    assert.equal(trio.read('c', 'kv/m/crc/0'), sha256(blocks[0]), 'byte-exact');
+    assert.equal(await corrupt('c'), k0 + 1, 'the bad fetch is counted');
+    assert.equal(trio.read('c', 'kv/m/crc/1'), sha256(blocks[1]), 'byte-exact');
+    const c1 = await trio.stats('c');
+    assert.equal(c1.sharedLoads - c0.sharedLoads, 2, 'both read from the shared tier');
+    assert.equal(c1.remote.loads - c0.remote.loads, 0, 'nothing kept from the bad holder');
+    assert.equal(await corrupt('c'), k0 + 1, 'the holder is marked: the second block did not try it');
+  });
+
+  it('CRCs right, SHA-256 wrong: what is served passed its CRCs, nothing is kept, the holder is marked, later reads are byte-exact; --verify sha256 serves only the right bytes', async function () {
+    const data = seededBytes(62, 3 * 1024 * 1024);
+    fs.mkdirSync(`${trio.mnt('b')}/kv/m/sha`, { recursive: true });
+    fs.writeFileSync(`${trio.mnt('b')}/kv/m/sha/blk`, data);
+    fs.writeFileSync(`${trio.mnt('b')}/kv/m/sha/blk2`, seededBytes(63, 3 * 1024 * 1024));
+    const k0 = await corrupt('c');
+    const c0 = await trio.stats('c');
+    const first = fs.readFileSync(`${trio.mnt('c')}/kv/m/sha/blk`);
+    // The holder's byte 0 went bad before its CRCs were taken: a reader served before the whole
+    // SHA-256 failed sees exactly that byte wrong; one that came after reads the shared tier.
+    const diff = [...first.keys()].filter((i) => first[i] !== data[i]);
+    assert.ok(diff.length === 0 || (diff.length === 1 && diff[0] === 0), `wrong bytes at ${diff.slice(0, 5).join(',')}`);
+    assert.equal(await corrupt('c'), k0 + 1, 'the SHA-256 mismatch is counted');
+    const c1 = await trio.stats('c');
+    assert.equal(c1.remote.loads - c0.remote.loads, 0, 'the bad copy was not kept');
+    assert.equal(c1.sharedLoads - c0.sharedLoads, 1, 'the block came from the shared tier instead');
+    assert.equal(trio.read('c', 'kv/m/sha/blk'), sha256(data), 'the next read is byte-exact');
+    console.log(`      CRC right, SHA wrong: first read ${diff.length === 0 ? 'byte-exact (the hash failed first)' : 'served the holder\'s bad byte'}`);
+    // Strict: every read waits for the whole SHA-256.
+    strictC = true;
+    await trio.nodes.c.stop();
+    delete (trio.nodes as Partial<Record<Node, Daemon>>).c; // made again, with the strict flag
+    await trio.start('c');
+    assert.ok(trio.nodes.c.extra.includes('sha256'), 'C runs with --verify sha256');
+    const k1 = await corrupt('c');
+    assert.equal(sha256(fs.readFileSync(`${trio.mnt('c')}/kv/m/sha/blk2`)), sha256(seededBytes(63, 3 * 1024 * 1024)), 'strict: byte-exact');
+    assert.equal(await corrupt('c'), k1 + 1, 'strict: the mismatch is counted too');
+  });
+});

@@ -51,7 +51,7 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
                         InstanceMethod("region", &ArenaWrap::Region), InstanceMethod("close", &ArenaWrap::Close),
                         InstanceMethod("name", &ArenaWrap::Name), InstanceMethod("sha256Async", &ArenaWrap::Sha256Async),
                         InstanceMethod("fits", &ArenaWrap::Fits), InstanceMethod("freeBytes", &ArenaWrap::FreeBytes), InstanceMethod("fillFromFileAsync", &ArenaWrap::FillFromFileAsync),
-                        InstanceMethod("fillRecordAsync", &ArenaWrap::FillRecordAsync)});
+                        InstanceMethod("fillRecordAsync", &ArenaWrap::FillRecordAsync), InstanceMethod("setStrictVerify", &ArenaWrap::SetStrictVerify)});
   }
 
   // The arena for a Fabric to register; null when closed.
@@ -167,6 +167,18 @@ class ArenaWrap : public Napi::ObjectWrap<ArenaWrap> {
     }
     Status s = a->Name(handle, raw);
     if (s != Status::kOk) ThrowStatus(info.Env(), s, "arena: stale handle " + std::to_string(handle));
+    return info.Env().Undefined();
+  }
+
+  // setStrictVerify(strict): readers of a block being filled wait for its whole SHA-256 (Arena::SetStrictVerify).
+  Napi::Value SetStrictVerify(const Napi::CallbackInfo& info) {
+    Arena* a = Open(info);
+    if (a == nullptr) return info.Env().Undefined();
+    if (info.Length() < 1 || !info[0].IsBoolean()) {
+      ThrowCode(info.Env(), "EINVAL", "strict must be a boolean");
+      return info.Env().Undefined();
+    }
+    a->SetStrictVerify(info[0].As<Napi::Boolean>().Value());
     return info.Env().Undefined();
   }
 

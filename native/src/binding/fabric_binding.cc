@@ -25,6 +25,8 @@ struct Settle {
   Napi::Promise::Deferred deferred;
   Status status = Status::kOk;
   std::string message;
+  // fetch's onStreaming: made and deleted on the JS thread (its call is queued before the settle).
+  Napi::FunctionReference* onStreaming = nullptr;
 };
 
 // Shared by the wrapper and every pending completion: the wrapper may be collected first.
@@ -43,7 +45,8 @@ class FabricWrap : public Napi::ObjectWrap<FabricWrap> {
                         InstanceMethod("close", &FabricWrap::Close)});
   }
 
-  // new Fabric(arena, provider, node, fetchesPerPeerMax, holdsMax, holdTimeoutMs)
+  // new Fabric(arena, provider, node, fetchesPerPeerMax, holdsMax, holdTimeoutMs, fault?) where fault,
+  // for tests only, is '', 'piece-crc' or 'block-bytes' (FabricConfig::fault)
   explicit FabricWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<FabricWrap>(info) {
     Napi::Env env = info.Env();
     std::shared_ptr<Arena> arena = info.Length() > 0 ? ArenaOf(info[0]) : nullptr;
@@ -64,6 +67,16 @@ class FabricWrap : public Napi::ObjectWrap<FabricWrap> {
     config.fetchesPerPeerMax = static_cast<uint32_t>(perPeer);
     config.holdsMax = static_cast<uint32_t>(holds);
     config.holdTimeoutMs = holdTimeoutMs;
+    if (info.Length() > 6 && !info[6].IsUndefined()) {
+      std::string fault;
+      if (!ArgString(info, 6, "fault", &fault)) return;
+      if (fault == "piece-crc") config.fault = FabricConfig::kFaultPieceCrc;
+      else if (fault == "block-bytes") config.fault = FabricConfig::kFaultBlockBytes;
+      else if (!fault.empty()) {
+        ThrowCode(env, "EINVAL", "fault must be '', 'piece-crc' or 'block-bytes'");
+        return;
+      }
+    }
     std::string error;
     Fabric* fabric = nullptr;
     Status s = Fabric::Open(config, std::move(arena), &fabric, &error);
@@ -103,9 +116,11 @@ class FabricWrap : public Napi::ObjectWrap<FabricWrap> {
     return f ? Napi::String::New(info.Env(), f->providerName()) : info.Env().Undefined();
   }
 
-  // fetch(peerAddressHex, sha256Hex, sizeBytes, localHandle, timeoutMs): Promise<string>, the SHA-256
-  // (hex) of the bytes that landed, hashed while they arrived. Rejects with
-  // ESTALE when the peer no longer holds the block, EBUSY when too many fetches wait, EIO otherwise.
+  // fetch(peerAddressHex, sha256Hex, sizeBytes, localHandle, timeoutMs, onStreaming?): Promise<string>,
+  // the SHA-256 (hex) of the bytes that landed, hashed while they arrived. Rejects with ESTALE when the
+  // peer no longer holds the block, EBUSY when too many fetches wait, ECORRUPT when a piece failed its
+  // CRC-32C, EIO otherwise. With onStreaming, the block is streamed (Fabric::Fetch's stream) and
+  // onStreaming() is called once its pieces reach readers as they pass their CRCs.
   Napi::Value Fetch(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Fabric* f = Open(info);
@@ -127,22 +142,36 @@ class FabricWrap : public Napi::ObjectWrap<FabricWrap> {
       ThrowCode(env, "EINVAL", "timeoutMs must be in 1..3600000");
       return env.Undefined();
     }
+    const bool stream = info.Length() > 5 && info[5].IsFunction();
     auto* settle = new Settle{Napi::Promise::Deferred::New(env), Status::kOk, std::string()};
+    if (stream) settle->onStreaming = new Napi::FunctionReference(Napi::Persistent(info[5].As<Napi::Function>()));
     Napi::Promise promise = settle->deferred.Promise();
     std::shared_ptr<Shared> shared = shared_;
     if (shared->inFlight++ == 0) shared->tsfn.Ref(env);
+    Fabric::Held held;
+    if (stream) {
+      // On the progress thread: the call runs on the JS thread, before the settle (one queue, in order).
+      Napi::FunctionReference* ref = settle->onStreaming;
+      held = [shared, ref]() {
+        shared->tsfn.NonBlockingCall(ref, [](Napi::Env env, Napi::Function, Napi::FunctionReference* r) {
+          Napi::HandleScope scope(env);
+          r->Call({});
+        });
+      };
+    }
     f->Fetch(peer, name, size, handle, timeoutMs, [shared, settle](Status s, const std::string& message) {
       settle->status = s;
       settle->message = message;
       napi_status queued = shared->tsfn.NonBlockingCall(settle, [shared](Napi::Env env, Napi::Function, Settle* st) {
         if (st->status == Status::kOk) st->deferred.Resolve(Napi::String::New(env, st->message));  // the SHA-256
         else st->deferred.Reject(StatusError(env, st->status, st->message).Value());
+        delete st->onStreaming;
         delete st;
         if (--shared->inFlight == 0 && !shared->released) shared->tsfn.Unref(env);
       });
       // Only fails once the function is released (the wrapper is gone): nothing is left to settle.
       if (queued != napi_ok) delete settle;
-    });
+    }, stream, std::move(held));
     return promise;
   }
 
@@ -165,6 +194,8 @@ class FabricWrap : public Napi::ObjectWrap<FabricWrap> {
     set("servedBytes", s.servedBytes);
     set("badMessages", s.badMessages);
     set("sendsDropped", s.sendsDropped);
+    set("piecesCorrupt", s.piecesCorrupt);
+    set("blocksCorrupt", s.blocksCorrupt);
     return o;
   }
 

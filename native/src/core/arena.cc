@@ -753,8 +753,35 @@ void Arena::TrimmedExtents(const Slot& slot, std::vector<Extent>* extents) {
   }
 }
 
+std::vector<uint32_t> PieceCrcs(const uint8_t* base, const std::vector<Extent>& extents, uint64_t sizeBytes, uint32_t pieceShift) {
+  std::vector<uint32_t> crcs;
+  if (pieceShift == 0) return crcs;
+  const uint64_t pieceBytes = uint64_t{1} << pieceShift;
+  crcs.reserve((sizeBytes + pieceBytes - 1) >> pieceShift);
+  uint32_t crc = 0;
+  uint64_t inPiece = 0, total = 0;
+  for (const Extent& e : extents) {
+    for (uint64_t at = 0; at < e.lengthBytes && total < sizeBytes;) {
+      const uint64_t n = std::min({e.lengthBytes - at, pieceBytes - inPiece, sizeBytes - total});
+      crc = Crc32c(crc, base + e.arenaOffsetBytes + at, n);
+      at += n;
+      inPiece += n;
+      total += n;
+      if (inPiece == pieceBytes) {
+        crcs.push_back(crc);
+        crc = 0;
+        inPiece = 0;
+      }
+    }
+  }
+  if (inPiece > 0) crcs.push_back(crc);
+  return crcs;
+}
+
 void Arena::DropName(uint32_t slotIndex) {
   Slot& slot = slots_[slotIndex];
+  slot.pieceShift = 0;
+  slot.pieceCrcs.clear();
   if (slot.name.empty()) return;
   auto it = names_.find(slot.name);
   if (it != names_.end() && it->second == slotIndex) names_.erase(it);
@@ -762,16 +789,34 @@ void Arena::DropName(uint32_t slotIndex) {
 }
 
 Status Arena::Name(uint64_t handle, const uint8_t* name) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  uint32_t index;
-  Status s = Lookup(handle, &index);
-  if (s != Status::kOk) return s;
-  std::string key(reinterpret_cast<const char*>(name), kContentNameBytes);
-  auto it = names_.find(key);
-  if (it != names_.end() && it->second != index) slots_[it->second].name.clear();
-  DropName(index);
-  slots_[index].name = key;
-  names_[key] = index;
+  ArenaHold hold;
+  uint32_t generation;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint32_t index;
+    Status s = Lookup(handle, &index);
+    if (s != Status::kOk) return s;
+    std::string key(reinterpret_cast<const char*>(name), kContentNameBytes);
+    auto it = names_.find(key);
+    if (it != names_.end() && it->second != index) slots_[it->second].name.clear();
+    DropName(index);
+    slots_[index].name = key;
+    names_[key] = index;
+    if (!pieceTables_.load(std::memory_order_relaxed) || PieceShiftFor(slots_[index].sizeBytes) == 0) return Status::kOk;
+    generation = slots_[index].generation;
+    TakeHold(index, &hold);  // the pages stay while the table is taken outside the lock
+  }
+  const uint32_t shift = PieceShiftFor(hold.sizeBytes);
+  std::vector<uint32_t> crcs = PieceCrcs(base_, hold.extents, hold.sizeBytes, shift);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Slot& slot = slots_[hold.slotIndex];
+    if (slot.live && slot.generation == generation && !slot.name.empty()) {
+      slot.pieceShift = shift;
+      slot.pieceCrcs = std::move(crcs);
+    }
+  }
+  Unhold(hold);
   return Status::kOk;
 }
 
@@ -793,6 +838,8 @@ void Arena::TakeHold(uint32_t index, ArenaHold* hold) {
   hold->slotIndex = index;
   hold->sizeBytes = slot.sizeBytes;
   TrimmedExtents(slot, &hold->extents);
+  hold->pieceShift = slot.pieceShift;
+  hold->pieceCrcs = slot.pieceCrcs;
 }
 
 Status Arena::Keep(uint64_t handle, ArenaHold* hold) {
@@ -943,6 +990,35 @@ Status Arena::MarkFilling(uint64_t handle) {
   return Status::kOk;
 }
 
+Status Arena::PublishVerified(uint64_t handle, uint64_t verifiedBytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint32_t index;
+    Status s = Lookup(handle, &index);
+    if (s != Status::kOk) return s;
+    Slot& slot = slots_[index];
+    if (slot.fill != kFilling) return Status::kInvalid;
+    slot.verifiedBytes = std::max(slot.verifiedBytes, std::min(verifiedBytes, slot.sizeBytes));
+  }
+  fillCv_.notify_all();
+  return Status::kOk;
+}
+
+Status Arena::EndFill(uint64_t handle, bool ok) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint32_t index;
+    Status s = Lookup(handle, &index);
+    if (s != Status::kOk) return s;
+    Slot& slot = slots_[index];
+    if (slot.fill != kFilling) return Status::kInvalid;
+    slot.fill = ok ? kFillNone : kFillFailed;
+    slot.verifiedBytes = ok ? slot.sizeBytes : 0;
+  }
+  fillCv_.notify_all();
+  return Status::kOk;
+}
+
 Status Arena::WaitFilled(uint64_t handle, uint64_t endBytes, uint64_t timeoutMs) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   std::unique_lock<std::mutex> lock(mutex_);
@@ -951,9 +1027,10 @@ Status Arena::WaitFilled(uint64_t handle, uint64_t endBytes, uint64_t timeoutMs)
     Status s = Lookup(handle, &index);
     if (s != Status::kOk) return s;
     const Slot& slot = slots_[index];
-    // The block's last bytes wait for its whole SHA-256: a reader of the whole block hears of a block
-    // whose hash fails (pieces pass their CRCs even when DRAM held wrong bytes at write-back).
-    if (slot.fill == kFillNone || (slot.fill == kFilling && slot.verifiedBytes >= endBytes && endBytes < slot.sizeBytes)) return Status::kOk;
+    // Bytes are served once their pieces pass their CRC-32C; the whole SHA-256 gates only what is
+    // kept (the caller's check at the fill's end). Strict: every read waits for that SHA-256.
+    const bool crcOk = !strictVerify_.load(std::memory_order_relaxed) && slot.verifiedBytes >= endBytes;
+    if (slot.fill == kFillNone || (slot.fill == kFilling && crcOk)) return Status::kOk;
     if (slot.fill == kFillFailed) return Status::kIo;
     if (fillCv_.wait_until(lock, deadline) == std::cv_status::timeout) return Status::kBusy;
   }

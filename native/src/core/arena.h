@@ -89,7 +89,14 @@ struct ArenaHold {
   uint32_t slotIndex = 0;
   uint64_t sizeBytes = 0;
   std::vector<Extent> extents;  // block order, trimmed to the block's bytes
+  // The block's piece table (record.h's PieceShiftFor pieces) taken when it was named, where the
+  // arena keeps them (SetPieceTables); empty otherwise.
+  uint32_t pieceShift = 0;
+  std::vector<uint32_t> pieceCrcs;
 };
+
+// CRC-32C of each (1 << pieceShift)-byte piece of a block laid out in `extents` (block order) from base.
+std::vector<uint32_t> PieceCrcs(const uint8_t* base, const std::vector<Extent>& extents, uint64_t sizeBytes, uint32_t pieceShift);
 
 constexpr uint64_t kContentNameBytes = 32;  // a raw SHA-256
 
@@ -120,8 +127,12 @@ class Arena {
   Status Describe(uint64_t handle, uint64_t* sizeBytes, std::vector<Extent>* extents);
 
   // Give a live block its content name (raw SHA-256, kContentNameBytes), so a remote peer can hold it
-  // by name. A name held by another block moves to this one. Free drops the name.
+  // by name. A name held by another block moves to this one. Free drops the name. With piece tables
+  // on, the block's piece CRCs are taken now (its bytes were just hashed to that name) and go with
+  // every hold of it, so a peer's reader checks the bytes against what they were when named.
   Status Name(uint64_t handle, const uint8_t* name);
+  // Keep piece tables for named blocks (the remote tier serves them with each hold).
+  void SetPieceTables(bool on) { pieceTables_.store(on, std::memory_order_relaxed); }
   // Hold the live block with this name and size for a remote read (kStale when absent or resized).
   Status HoldNamed(const uint8_t* name, uint64_t sizeBytes, ArenaHold* hold);
   // End a hold: the slot's pages return to the free list if the block was freed meanwhile.
@@ -143,7 +154,7 @@ class Arena {
   Status FillRecord(uint64_t handle, int fd, uint64_t recordOffsetBytes, const uint8_t* sha256, uint64_t aheadBytes, std::string* hex,
                     std::string* error);
   // For readers of a block being filled: waits up to timeoutMs until its first endBytes are checked
-  // (piece CRCs) or the fill is done (what reaches the block's end waits for the whole SHA-256).
+  // (piece CRCs) or the fill is done (with SetStrictVerify, only the fill's end: the whole SHA-256).
   // kOk: those bytes may be read; kIo: the fill failed; kStale: the handle is not live (freed: a
   // failed fill's slot goes); kBusy: still not there after timeoutMs. A block not being filled is kOk
   // at once.
@@ -151,6 +162,13 @@ class Arena {
   // Marks a live block as being filled (WaitFilled waits) before its fill is queued to run, so a
   // reader that comes first never sees it as complete.
   Status MarkFilling(uint64_t handle);
+  // For a fill done elsewhere (a remote fetch): its first verifiedBytes passed their piece CRCs
+  // (readers of them go on), and its end (ok: every byte landed and was hashed; else failed).
+  Status PublishVerified(uint64_t handle, uint64_t verifiedBytes);
+  Status EndFill(uint64_t handle, bool ok);
+  // Strict verification: readers of a block being filled wait for its whole SHA-256 (the fill's end),
+  // not for their pieces' CRCs.
+  void SetStrictVerify(bool strict) { strictVerify_.store(strict, std::memory_order_relaxed); }
 
   // Whether Allocate(sizeBytes) would find room now.
   bool Fits(uint64_t sizeBytes);
@@ -174,6 +192,8 @@ class Arena {
     std::vector<uint64_t> blockOffsets;
     std::string name;  // raw content name, empty when unnamed
     uint32_t slabClass = 0;  // 0: whole pages; else the size class (1-based) of its slab slot
+    uint32_t pieceShift = 0;           // the piece table taken at Name (SetPieceTables), else empty
+    std::vector<uint32_t> pieceCrcs;
     uint8_t fill = kFillNone;     // a FillFromFile/FillRecord in progress, or one that failed
     uint64_t verifiedBytes = 0;   // while filling: the first bytes checked (piece CRCs)
   };
@@ -236,6 +256,8 @@ class Arena {
   ArenaStats counters_{};
   std::thread prefaultThread_;
   std::atomic<bool> stopPrefault_{false};
+  std::atomic<bool> strictVerify_{false};
+  std::atomic<bool> pieceTables_{false};
   std::atomic<uint64_t> prefaultedBytes_{0};
 };
 

@@ -1,6 +1,8 @@
 #include "fabric.h"
 
 #include "check.h"
+#include "crc32c.h"
+#include "record.h"
 #include "sha256.h"
 
 #include <rdma/fabric.h>
@@ -36,7 +38,7 @@ using Clock = std::chrono::steady_clock;
 // Wire format: a fixed header, then a body per type; both ends are the same build (x86-64, little
 // endian), fields are copied with memcpy (no alignment assumptions). Every received length is checked.
 constexpr uint32_t kMagic = 0x46435343;  // "CSCF"
-constexpr uint16_t kWireVersion = 1;
+constexpr uint16_t kWireVersion = 2;
 enum : uint16_t { kMsgHold = 1, kMsgHeld = 2, kMsgRelease = 3 };
 enum : uint16_t { kHeldOk = 0, kHeldAbsent = 1, kHeldBusy = 2, kHeldFragmented = 3 };
 
@@ -63,9 +65,11 @@ struct HoldBody {
   uint32_t addressBytes;  // the reader's address follows
   uint32_t reserved;
 };
+constexpr uint16_t kHeldHasCrcs = 1;  // HeldBody.flags: the block's piece CRCs follow the extents
+
 struct HeldBody {
   uint16_t status;
-  uint16_t reserved;
+  uint16_t flags;
   uint32_t extentCount;  // (remote offset, length) pairs of u64 follow
   uint64_t holdId;
   uint64_t key;
@@ -122,11 +126,24 @@ struct FetchState {
   size_t hashQueued = 0;        // pieces handed to the hasher, in order
   uint32_t hashOutstanding = 0; // of those, not yet hashed
   std::string digest;           // hex, once the last piece is hashed
+  // Streaming (Fabric::Fetch's stream): the local block is marked filling; with the peer's piece
+  // CRCs, readers are told (held) and each CRC piece is published as it passes.
+  uint64_t localHandle = 0;
+  bool marked = false;
+  bool streaming = false;
+  bool corrupt = false;
+  Fabric::Held heldCallback;
+  uint32_t pieceShift = 0;
+  std::vector<uint32_t> crcs;
+  // The hasher thread's alone: the CRC of the CRC piece being hashed and the bytes hashed so far.
+  uint32_t crcRunning = 0;
+  uint64_t crcHashedBytes = 0;
+  bool crcFailed = false;  // no piece after a bad one is checked or published
 };
 
 struct HashJob {
   uint64_t fetchId;
-  Sha256* hasher;
+  FetchState* fetch;  // stays until its hashOutstanding is 0
   const uint8_t* data;
   uint64_t lengthBytes;
   bool last;
@@ -135,7 +152,8 @@ struct HashJob {
 struct HashResult {
   uint64_t fetchId;
   bool ok;
-  std::string digest;  // for the last piece
+  bool corrupt = false;  // a piece failed its CRC-32C
+  std::string digest;    // for the last piece
 };
 
 struct PeerState {
@@ -162,6 +180,8 @@ struct Command {
   uint64_t localHandle;
   uint64_t timeoutMs;
   Fabric::Done done;
+  bool stream = false;
+  Fabric::Held held;
 };
 
 // libfabric is opened at run time, not linked: Debian's libfabric1 needs libpsm_infinipath, whose
@@ -267,6 +287,7 @@ struct Fabric::Impl {
   void HashLoop();
   void TakeHashResults();
   void QueueHashes(FetchState& f);
+  bool CheckPieces(FetchState& f, const uint8_t* data, uint64_t lengthBytes);
 
   uint8_t* recvBuffer(uint32_t i) { return msgRegion.data() + size_t{i} * kMsgBytes; }
   uint8_t* sendBuffer(uint32_t i) { return msgRegion.data() + size_t{kRecvBuffers + i} * kMsgBytes; }
@@ -486,6 +507,9 @@ void Fabric::Impl::TakeCommands() {
     memcpy(f->name, c.name, kContentNameBytes);
     f->sizeBytes = c.sizeBytes;
     f->done = std::move(c.done);
+    f->localHandle = c.localHandle;
+    f->marked = c.stream;
+    f->heldCallback = std::move(c.held);
     f->fullDeadline = Clock::now() + std::chrono::milliseconds(c.timeoutMs);
     f->deadline = f->fullDeadline;
     Status s = arena->Keep(c.localHandle, &f->local);
@@ -571,6 +595,7 @@ void Fabric::Impl::OnHold(const Header& h, const uint8_t* body, size_t length) {
   }
   HeldBody r{};
   std::vector<Extent> extents;
+  std::vector<uint32_t> crcs;
   r.status = kHeldOk;
   ArenaHold hold;
   if (holds.size() >= config.holdsMax) {
@@ -587,6 +612,19 @@ void Fabric::Impl::OnHold(const Header& h, const uint8_t* body, size_t length) {
     r.sizeBytes = hold.sizeBytes;
     r.extentCount = static_cast<uint32_t>(hold.extents.size());
     extents = hold.extents;
+    // The block's piece CRCs, as a disk record's table (PieceShiftFor), where they fit the message:
+    // the reader serves each piece once it passes, before the whole SHA-256 is known.
+    // The block's piece table, taken when it was named (Arena::Name): the reader serves each piece
+    // once it passes, before the whole SHA-256 is known. Without one, it is taken now.
+    const uint32_t shift = PieceShiftFor(hold.sizeBytes);
+    const uint64_t count = shift == 0 ? 0 : (hold.sizeBytes + (uint64_t{1} << shift) - 1) >> shift;
+    if (count > 0 && sizeof(Header) + sizeof r + extents.size() * 16 + count * 4 <= kMsgBytes) {
+      r.flags = kHeldHasCrcs;
+      if (config.fault == FabricConfig::kFaultBlockBytes) arena->base()[extents[0].arenaOffsetBytes] ^= 0x5a;  // before the table
+      const bool kept = hold.pieceShift == shift && hold.pieceCrcs.size() == count && config.fault != FabricConfig::kFaultBlockBytes;
+      crcs = kept ? hold.pieceCrcs : PieceCrcs(arena->base(), extents, hold.sizeBytes, shift);
+      if (config.fault == FabricConfig::kFaultPieceCrc) crcs[0] ^= 1;
+    }
     holds[r.holdId] = {std::move(hold), Clock::now() + std::chrono::milliseconds(config.holdTimeoutMs)};
   }
   const bool ok = r.status == kHeldOk;
@@ -600,7 +638,7 @@ void Fabric::Impl::OnHold(const Header& h, const uint8_t* body, size_t length) {
     s.holdsActive = holds.size();
   });
   Header out{kMagic, kWireVersion, kMsgHeld, h.reqId};
-  std::string msg(sizeof out + sizeof r + extents.size() * 16, '\0');
+  std::string msg(sizeof out + sizeof r + extents.size() * 16 + crcs.size() * 4, '\0');
   memcpy(&msg[0], &out, sizeof out);
   memcpy(&msg[sizeof out], &r, sizeof r);
   size_t at = sizeof out + sizeof r;
@@ -609,6 +647,7 @@ void Fabric::Impl::OnHold(const Header& h, const uint8_t* body, size_t length) {
     memcpy(&msg[at + 8], &e.lengthBytes, 8);
     at += 16;
   }
+  if (!crcs.empty()) memcpy(&msg[at], crcs.data(), crcs.size() * 4);
   Send(reader, std::move(msg));
 }
 
@@ -636,7 +675,14 @@ void Fabric::Impl::OnHeld(const Header& h, const uint8_t* body, size_t length) {
     Fail(f, r.status == kHeldAbsent ? "absent" : r.status == kHeldBusy ? "peer busy" : "block too fragmented at the peer");
     return MaybeFinish(f.id);
   }
-  if (r.sizeBytes != f.sizeBytes || r.extentCount > kHeldExtentsMax || length != sizeof r + size_t{r.extentCount} * 16) {
+  const uint32_t shift = PieceShiftFor(r.sizeBytes);
+  const uint64_t crcCount = (r.flags & kHeldHasCrcs) == 0 || shift == 0 ? 0 : (r.sizeBytes + (uint64_t{1} << shift) - 1) >> shift;
+  if ((r.flags & kHeldHasCrcs) != 0 && crcCount == 0) {
+    Stat([](FabricStats& s) { s.badMessages++; });
+    Fail(f, "malformed reply");
+    return MaybeFinish(f.id);
+  }
+  if (r.sizeBytes != f.sizeBytes || r.extentCount > kHeldExtentsMax || length != sizeof r + size_t{r.extentCount} * 16 + crcCount * 4) {
     Stat([](FabricStats& s) { s.badMessages++; });
     Fail(f, "malformed reply");
     return MaybeFinish(f.id);
@@ -673,6 +719,13 @@ void Fabric::Impl::OnHeld(const Header& h, const uint8_t* body, size_t length) {
   if (f.pieces.empty()) {
     Sha256Hex(nullptr, 0, &f.digest);  // an empty block
   }
+  if (f.marked && crcCount > 0) {
+    f.pieceShift = shift;
+    f.crcs.resize(crcCount);
+    memcpy(f.crcs.data(), body + sizeof r + size_t{r.extentCount} * 16, crcCount * 4);
+    f.streaming = true;
+    if (f.heldCallback) f.heldCallback();  // readers may open it now: they wait for their pieces
+  }
   PostReads(f);
   MaybeFinish(f.id);
 }
@@ -685,7 +738,7 @@ void Fabric::Impl::QueueHashes(FetchState& f) {
   while (f.hashQueued < f.pieces.size() && f.pieceDone[f.hashQueued]) {
     const Piece& p = f.pieces[f.hashQueued];
     f.hashQueued++;
-    hashJobs.push_back({f.id, &f.hasher, arena->base() + p.localOffsetBytes, p.lengthBytes, f.hashQueued == f.pieces.size()});
+    hashJobs.push_back({f.id, &f, arena->base() + p.localOffsetBytes, p.lengthBytes, f.hashQueued == f.pieces.size()});
     f.hashOutstanding++;
     queued = true;
   }
@@ -704,14 +757,47 @@ void Fabric::Impl::HashLoop() {
     }
     // The FetchState (and its hasher) stays until its hashOutstanding is 0; the local block's pages
     // are kept (Arena::Keep) until the fetch finishes.
-    HashResult r{job.fetchId, job.hasher->Update(job.data, job.lengthBytes) == Status::kOk, ""};
-    if (r.ok && job.last) r.ok = job.hasher->HexDigest(&r.digest) == Status::kOk;
+    FetchState& f = *job.fetch;
+    HashResult r{job.fetchId, f.hasher.Update(job.data, job.lengthBytes) == Status::kOk, false, ""};
+    if (r.ok && f.streaming && !f.crcFailed && !CheckPieces(f, job.data, job.lengthBytes)) f.crcFailed = true, r.ok = false, r.corrupt = true;
+    if (r.ok && job.last) r.ok = f.hasher.HexDigest(&r.digest) == Status::kOk;
     {
       std::lock_guard<std::mutex> lock(hashMutex);
       hashResults.push_back(std::move(r));
     }
     if (cq) fi_cq_signal(cq);
   }
+}
+
+std::string HexName(const uint8_t* name) {
+  static const char* digits = "0123456789abcdef";
+  std::string hex(kContentNameBytes * 2, '0');
+  for (uint64_t i = 0; i < kContentNameBytes; i++) {
+    hex[2 * i] = digits[name[i] >> 4];
+    hex[2 * i + 1] = digits[name[i] & 15];
+  }
+  return hex;
+}
+
+// On the hasher thread, for bytes that landed in block order: each CRC piece they complete is checked
+// and, when it passes, published to the block's readers. false: a piece failed (nothing of it is).
+bool Fabric::Impl::CheckPieces(FetchState& f, const uint8_t* data, uint64_t lengthBytes) {
+  const uint64_t pieceBytes = uint64_t{1} << f.pieceShift;
+  while (lengthBytes > 0) {
+    const uint64_t index = f.crcHashedBytes >> f.pieceShift;
+    const uint64_t pieceEnd = std::min(f.sizeBytes, (index + 1) * pieceBytes);
+    const uint64_t n = std::min(lengthBytes, pieceEnd - f.crcHashedBytes);
+    f.crcRunning = Crc32c(f.crcRunning, data, n);
+    data += n;
+    lengthBytes -= n;
+    f.crcHashedBytes += n;
+    if (f.crcHashedBytes == pieceEnd) {
+      if (index >= f.crcs.size() || f.crcRunning != f.crcs[index]) return false;
+      f.crcRunning = 0;
+      arena->PublishVerified(f.localHandle, pieceEnd);
+    }
+  }
+  return true;
 }
 
 void Fabric::Impl::TakeHashResults() {
@@ -726,7 +812,13 @@ void Fabric::Impl::TakeHashResults() {
     FetchState& f = *it->second;
     Check(f.hashOutstanding > 0, "hash results match jobs");
     f.hashOutstanding--;
-    if (!r.ok) Fail(f, "hashing failed");
+    if (r.corrupt) {
+      if (!f.corrupt) Stat([](FabricStats& s) { s.piecesCorrupt++; });  // the first: later ones follow from it
+      f.corrupt = true;
+      Fail(f, "a piece failed its CRC-32C");
+    } else if (!r.ok) {
+      Fail(f, "hashing failed");
+    }
     if (!r.digest.empty()) f.digest = std::move(r.digest);
     MaybeFinish(f.id);
   }
@@ -798,6 +890,15 @@ void Fabric::Impl::Finish(FetchState& f) {
       endedOrder.pop_front();
     }
   }
+  // The whole SHA-256 against the name: a block whose pieces passed but whose hash differs (its
+  // table was taken over wrong bytes) is not the block. Strict readers never get it; it is not kept.
+  if (!f.failed && f.digest != HexName(f.name)) {
+    Stat([](FabricStats& s) { s.blocksCorrupt++; });
+    f.corrupt = true;
+    Fail(f, "the block's SHA-256 differs from its name");
+  }
+  // Readers of a streamed block go on (every byte landed, its SHA-256 matches) or fail with it.
+  if (f.marked) arena->EndFill(f.localHandle, !f.failed);
   arena->Unhold(f.local);
   auto peer = peers.find(f.peerAddress);
   if (peer != peers.end() && f.phase != FetchState::kWaiting && peer->second.active > 0) peer->second.active--;
@@ -814,7 +915,7 @@ void Fabric::Impl::Finish(FetchState& f) {
   }
   if (!f.doneCalled) {
     f.doneCalled = true;
-    f.done(ok ? Status::kOk : (f.message == "absent" ? Status::kStale : Status::kIo), ok ? f.digest : "fabric fetch: " + f.message);
+    f.done(ok ? Status::kOk : f.corrupt ? Status::kCorrupt : (f.message == "absent" ? Status::kStale : Status::kIo), ok ? f.digest : "fabric fetch: " + f.message);
   }
   const uint64_t id = f.id;
   fetches.erase(id);  // f is gone from here on
@@ -946,6 +1047,9 @@ Status Fabric::Open(const FabricConfig& config, std::shared_ptr<Arena> arena, Fa
     impl->Teardown();
     return s;
   }
+  // Named blocks keep their piece tables from now on: holds serve them (blocks named earlier get one
+  // at their first hold).
+  impl->arena->SetPieceTables(true);
   Impl* raw = impl.get();
   impl->hashThread = std::thread([raw] { raw->HashLoop(); });
   impl->thread = std::thread([raw] { raw->Run(); });
@@ -969,17 +1073,16 @@ const std::string& Fabric::address() const { return impl_->address; }
 const std::string& Fabric::providerName() const { return impl_->providerName; }
 
 void Fabric::Fetch(const std::string& peerAddress, const uint8_t* name, uint64_t sizeBytes, uint64_t localHandle, uint64_t timeoutMs,
-                   Done done) {
+                   Done done, bool stream, Held held) {
+  // Before anyone can be told of the block: a reader that comes first waits for its pieces.
+  if (stream && impl_->arena->MarkFilling(localHandle) != Status::kOk) stream = false;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (impl_->stop) {
-      done(Status::kClosed, "fabric closed");
-      return;
-    }
-    if (impl_->queued >= impl_->config.queuedFetchesMax) {
+    if (impl_->stop || impl_->queued >= impl_->config.queuedFetchesMax) {
+      if (stream) impl_->arena->EndFill(localHandle, false);
+      if (impl_->stop) return done(Status::kClosed, "fabric closed");
       impl_->stats.fetchFailures++;
-      done(Status::kBusy, "fabric: too many fetches in flight");
-      return;
+      return done(Status::kBusy, "fabric: too many fetches in flight");
     }
     impl_->queued++;
     Command c;
@@ -989,6 +1092,8 @@ void Fabric::Fetch(const std::string& peerAddress, const uint8_t* name, uint64_t
     c.localHandle = localHandle;
     c.timeoutMs = timeoutMs;
     c.done = std::move(done);
+    c.stream = stream;
+    c.held = std::move(held);
     impl_->commands.push_back(std::move(c));
   }
   fi_cq_signal(impl_->cq);

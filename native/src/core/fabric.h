@@ -33,6 +33,10 @@ struct FabricConfig {
   uint32_t holdsMax = 1024;               // holds this node grants at once; past it peers get BUSY
   uint64_t holdTimeoutMs = 30000;         // a hold a peer never released ends after this
   uint64_t replyTimeoutMs = 500;          // a peer that does not answer a hold within this is given up
+  // Tests only: what this node, as a holder, does wrong on purpose. kFaultPieceCrc: the first piece's
+  // CRC-32C it sends is wrong (a piece corrupted in transit); kFaultBlockBytes: one byte of the held
+  // block is flipped in its memory before its CRCs are taken (CRCs right, SHA-256 wrong).
+  enum Fault : uint8_t { kFaultNone = 0, kFaultPieceCrc = 1, kFaultBlockBytes = 2 } fault = kFaultNone;
   uint64_t pieceBytes = 512 << 10;        // largest single fi_read: small enough that hashing overlaps the transfer
   uint32_t readsPerFetchMax = 16;         // fi_reads outstanding per fetch
 };
@@ -49,6 +53,8 @@ struct FabricStats {
   uint64_t servedBytes = 0;      // bytes of the blocks held for peers
   uint64_t badMessages = 0;      // dropped: malformed or unknown
   uint64_t sendsDropped = 0;     // messages a peer never took (gone): their fetches time out
+  uint64_t piecesCorrupt = 0;    // fetched pieces that failed their CRC-32C (each failed its fetch)
+  uint64_t blocksCorrupt = 0;    // fetched blocks whose pieces passed but whose SHA-256 differs
   uint64_t fetchesInFlight = 0;
 };
 
@@ -57,6 +63,7 @@ class Fabric {
   // done(status, text) is called exactly once, on the progress thread: on success text is the SHA-256
   // (hex) of the bytes that landed (hashed while they arrived), else the reason.
   using Done = std::function<void(Status, const std::string&)>;
+  using Held = std::function<void()>;
 
   static Status Open(const FabricConfig& config, std::shared_ptr<Arena> arena, Fabric** out, std::string* error);
   ~Fabric();  // stops the progress thread; pending fetches finish with kClosed; holds end
@@ -70,8 +77,13 @@ class Fabric {
   // Fill the local block `localHandle` (allocated by the caller with sizeBytes) with the block named
   // `name` (kContentNameBytes raw SHA-256) from the peer at `peerAddress`. The local block's pages are
   // kept (Arena::Keep) until every read into them has ended, even when the fetch timed out.
+  // stream: the local block is marked filling (Arena::MarkFilling) and, when the peer's reply carries
+  // the block's piece CRCs, `held` is called (on the progress thread) once the transfer starts; from
+  // then on each piece is published to readers (Arena::WaitFilled) as it passes its CRC-32C, while
+  // the whole SHA-256 is computed beside it and reported to `done`. A piece that fails its CRC fails
+  // the fetch (kCorrupt) and the fill: no reader gets its bytes.
   void Fetch(const std::string& peerAddress, const uint8_t* name, uint64_t sizeBytes, uint64_t localHandle, uint64_t timeoutMs,
-             Done done);
+             Done done, bool stream = false, Held held = nullptr);
 
   FabricStats Stats();
 
