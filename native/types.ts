@@ -147,12 +147,13 @@ export interface NativeFabricBinding {
   /**
    * Fill the local arena block `handle` (sizeBytes long) with the block named `sha256` from the peer's
    * arena (hold, fi_read, release). Resolves with the SHA-256 (hex) of the bytes that landed, hashed
-   * piece by piece while they arrived: the caller compares it with the name. Rejects ESTALE when the
-   * peer does not hold it, EBUSY when too many fetches wait, EIO on timeouts and transport errors.
+   * piece by piece while they arrived, once it equals the name. Rejects ESTALE when the peer does not
+   * hold it, EBUSY when too many fetches wait, ECORRUPT when a piece fails its CRC-32C or the block its
+   * SHA-256, EIO on timeouts and transport errors. stream: the block is marked filling before this
+   * returns, and each piece reaches readers gated on it (FuseSession.setLoadingReadSource) as it passes
+   * its CRC-32C from the peer's piece table.
    */
-  fetch(peer: string, sha256: string, sizeBytes: number, handle: number, timeoutMs: number, onStreaming?: () => void): Promise<string>;
-  // onStreaming: the block is streamed; called once its pieces reach readers (Arena.waitFilled gates
-  // them) as each passes its CRC-32C from the peer's piece table. ECORRUPT: a piece failed its CRC.
+  fetch(peer: string, sha256: string, sizeBytes: number, handle: number, timeoutMs: number, stream?: boolean): Promise<string>;
   stats(): NativeFabricStats;
   /** Stop the progress thread and deregister (pending fetches reject EBADF). Idempotent. */
   close(): void;

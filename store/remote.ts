@@ -121,7 +121,8 @@ export class RemoteDram {
   /**
    * Fill a local DRAM slot with `sha` from a peer that holds it in DRAM. false when no live peer could
    * (the caller goes on to the shared tier); ENOSPC from the DRAM tier passes through. onStreaming:
-   * called with the slot's handle once its pieces reach readers as they pass their CRCs.
+   * called with the slot's handle as the fetch starts; readers gated on it get each piece as it
+   * passes its CRC (a fetch that fails sends them to JS, which reads the block elsewhere).
    */
   async fetch(dram: NativeArenaTier, sha: string, sizeBytes: number, onStreaming?: (handle: number) => void): Promise<boolean> {
     if (this.closed) return false;
@@ -158,9 +159,11 @@ export class RemoteDram {
       try {
         // Streamed: readers get each piece once it passes its CRC-32C; the block joins DRAM only
         // once its whole SHA-256 matches (adopt checks the fill's hash).
-        await dram.adopt(sha, sizeBytes, (handle) =>
-          this.fabric.fetch(address, sha, sizeBytes, handle, fetchTimeoutMs(sizeBytes), onStreaming && (() => onStreaming(handle))),
-        );
+        await dram.adopt(sha, sizeBytes, (handle) => {
+          const fetching = this.fabric.fetch(address, sha, sizeBytes, handle, fetchTimeoutMs(sizeBytes), onStreaming !== undefined);
+          onStreaming?.(handle); // marked filling: readers wait in C++ for each piece from now on
+          return fetching;
+        });
         this.figures.loads++;
         this.figures.loadBytes += sizeBytes;
         return true;

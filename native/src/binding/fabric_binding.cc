@@ -25,8 +25,6 @@ struct Settle {
   Napi::Promise::Deferred deferred;
   Status status = Status::kOk;
   std::string message;
-  // fetch's onStreaming: made and deleted on the JS thread (its call is queued before the settle).
-  Napi::FunctionReference* onStreaming = nullptr;
 };
 
 // Shared by the wrapper and every pending completion: the wrapper may be collected first.
@@ -116,11 +114,10 @@ class FabricWrap : public Napi::ObjectWrap<FabricWrap> {
     return f ? Napi::String::New(info.Env(), f->providerName()) : info.Env().Undefined();
   }
 
-  // fetch(peerAddressHex, sha256Hex, sizeBytes, localHandle, timeoutMs, onStreaming?): Promise<string>,
-  // the SHA-256 (hex) of the bytes that landed, hashed while they arrived. Rejects with ESTALE when the
-  // peer no longer holds the block, EBUSY when too many fetches wait, ECORRUPT when a piece failed its
-  // CRC-32C, EIO otherwise. With onStreaming, the block is streamed (Fabric::Fetch's stream) and
-  // onStreaming() is called once its pieces reach readers as they pass their CRCs.
+  // fetch(peerAddressHex, sha256Hex, sizeBytes, localHandle, timeoutMs, stream?): Promise<string>, the
+  // SHA-256 (hex) of the bytes that landed, hashed while they arrived and equal to the name. Rejects
+  // with ESTALE when the peer no longer holds the block, EBUSY when too many fetches wait, ECORRUPT
+  // when a piece failed its CRC-32C or the block its SHA-256, EIO otherwise. stream: Fabric::Fetch's.
   Napi::Value Fetch(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Fabric* f = Open(info);
@@ -142,36 +139,23 @@ class FabricWrap : public Napi::ObjectWrap<FabricWrap> {
       ThrowCode(env, "EINVAL", "timeoutMs must be in 1..3600000");
       return env.Undefined();
     }
-    const bool stream = info.Length() > 5 && info[5].IsFunction();
+    const bool stream = info.Length() > 5 && info[5].IsBoolean() && info[5].As<Napi::Boolean>().Value();
     auto* settle = new Settle{Napi::Promise::Deferred::New(env), Status::kOk, std::string()};
-    if (stream) settle->onStreaming = new Napi::FunctionReference(Napi::Persistent(info[5].As<Napi::Function>()));
     Napi::Promise promise = settle->deferred.Promise();
     std::shared_ptr<Shared> shared = shared_;
     if (shared->inFlight++ == 0) shared->tsfn.Ref(env);
-    Fabric::Held held;
-    if (stream) {
-      // On the progress thread: the call runs on the JS thread, before the settle (one queue, in order).
-      Napi::FunctionReference* ref = settle->onStreaming;
-      held = [shared, ref]() {
-        shared->tsfn.NonBlockingCall(ref, [](Napi::Env env, Napi::Function, Napi::FunctionReference* r) {
-          Napi::HandleScope scope(env);
-          r->Call({});
-        });
-      };
-    }
     f->Fetch(peer, name, size, handle, timeoutMs, [shared, settle](Status s, const std::string& message) {
       settle->status = s;
       settle->message = message;
       napi_status queued = shared->tsfn.NonBlockingCall(settle, [shared](Napi::Env env, Napi::Function, Settle* st) {
         if (st->status == Status::kOk) st->deferred.Resolve(Napi::String::New(env, st->message));  // the SHA-256
         else st->deferred.Reject(StatusError(env, st->status, st->message).Value());
-        delete st->onStreaming;
         delete st;
         if (--shared->inFlight == 0 && !shared->released) shared->tsfn.Unref(env);
       });
       // Only fails once the function is released (the wrapper is gone): nothing is left to settle.
       if (queued != napi_ok) delete settle;
-    }, stream, std::move(held));
+    }, stream);
     return promise;
   }
 

@@ -63,7 +63,6 @@ class Fabric {
   // done(status, text) is called exactly once, on the progress thread: on success text is the SHA-256
   // (hex) of the bytes that landed (hashed while they arrived), else the reason.
   using Done = std::function<void(Status, const std::string&)>;
-  using Held = std::function<void()>;
 
   static Status Open(const FabricConfig& config, std::shared_ptr<Arena> arena, Fabric** out, std::string* error);
   ~Fabric();  // stops the progress thread; pending fetches finish with kClosed; holds end
@@ -77,13 +76,14 @@ class Fabric {
   // Fill the local block `localHandle` (allocated by the caller with sizeBytes) with the block named
   // `name` (kContentNameBytes raw SHA-256) from the peer at `peerAddress`. The local block's pages are
   // kept (Arena::Keep) until every read into them has ended, even when the fetch timed out.
-  // stream: the local block is marked filling (Arena::MarkFilling) and, when the peer's reply carries
-  // the block's piece CRCs, `held` is called (on the progress thread) once the transfer starts; from
-  // then on each piece is published to readers (Arena::WaitFilled) as it passes its CRC-32C, while
-  // the whole SHA-256 is computed beside it and reported to `done`. A piece that fails its CRC fails
-  // the fetch (kCorrupt) and the fill: no reader gets its bytes.
+  // stream: the local block is marked filling (Arena::MarkFilling) before this returns, so readers
+  // may wait on it (Arena::WaitFilled) at once; when the peer's reply carries the block's piece CRCs,
+  // each piece is published to them as it passes its CRC-32C, while the whole SHA-256 is computed
+  // beside it and checked against the name before `done`. A piece that fails its CRC, or a block whose
+  // SHA-256 differs, fails the fetch (kCorrupt) and the fill: its readers go elsewhere. Without CRCs
+  // (a block too fragmented for them to fit the reply), readers wait for the whole block.
   void Fetch(const std::string& peerAddress, const uint8_t* name, uint64_t sizeBytes, uint64_t localHandle, uint64_t timeoutMs,
-             Done done, bool stream = false, Held held = nullptr);
+             Done done, bool stream = false);
 
   FabricStats Stats();
 
