@@ -34,9 +34,12 @@ export const SUITES = {
     workloads: ['create'],
     systems: ['tmpfs', 'bindfs', 'cascade'],
   },
-  /** Four cluster daemons: remote DRAM reads against the transport's limits, global dedup, scaling. */
+  /**
+   * Four cluster daemons and a single-node mount beside them: reads against the transport's limits
+   * and the single node, vLLM's file-tier pattern on both, global dedup, scaling.
+   */
   cluster: {
-    workloads: ['read', 'dedup', 'scaling'],
+    workloads: ['read', 'vllm', 'dedup', 'scaling'],
     systems: ['cascade'],
   },
 } as const;

@@ -216,7 +216,7 @@ const SUITE_TITLES: Record<Suite, string> = {
   peers: 'Side by side: Cascade next to real peers',
   native: 'Native addon: on (`addon`) and off (`ts`, CASCADE_NATIVE=0)',
   'full-cache': 'Full cache: creates with DRAM empty and full',
-  cluster: 'Cluster: four nodes on this machine, remote DRAM reads against the transport',
+  cluster: 'Cluster: four nodes and a single-node mount on this machine, against the transport and the single node',
 };
 
 const SUITE_NOTES: Record<Suite, string> = {
@@ -236,8 +236,8 @@ const SUITE_NOTES: Record<Suite, string> = {
     'Creates/s while DRAM is empty and while it is full, their ratio, and slot bytes per block byte; tmpfs and bindfs create the same files in the same run.',
   cluster:
     "Nodes a, b, c with the remote DRAM tier (libfabric tcp;ofi_rxm on loopback; b never keeps what it reads remotely), d with --fabric off; one redis-server, one shared directory. " +
-    "Each run writes a new block on a; `remote` = the read on b, `shared-cold` = on d (a's segments dropped from the page cache), `local` = on a; the peers (`segment-read`, `redis-get`, `fi_read`, `iperf3`) in the same trial. " +
-    'Whole-file reads through the mounts, timed in the trial process.',
+    "Each run writes a new block on a; `remote` = the read on b, `shared-cold` = on d (a's segments dropped from the page cache), `local` = on a; `single-node` = the same block written and read on a single-node mount (no --cluster) beside them; the peers (`segment-read`, `redis-get`, `fi_read`, `iperf3`) in the same trial. " +
+    'Whole-file reads through the mounts (open to close), timed in the trial process. `vllm`: bench/vllm_pattern.py (vLLM\'s file-tier pattern, 4 threads) on node a and on the single-node mount, then a fresh process loads the blocks on b and on the single node.',
 };
 
 function storeSections(reports: TrialReport[]): { lines: string[]; json: object } {

@@ -417,9 +417,20 @@ function clusterTrials(quick: boolean): Table {
       rowOf('cluster', `read ${sizeLabel(b)}`, 'read', 'cascade', b, { runs, warmups: 0 }, [
         { goal: 'remote DRAM read >= 0.8x the fi_read loop', measure: { figure: 'remote' }, against: { kind: 'figure', figure: 'fi_read' }, target: 0.8 },
         { goal: 'remote DRAM read >= 2x the cold shared-tier read', measure: { figure: 'remote' }, against: { kind: 'figure', figure: 'shared-cold' }, target: 2 },
+        { goal: 'local read on a cluster node >= 0.9x the single-node read', measure: { figure: 'local' }, against: { kind: 'figure', figure: 'single-node' }, target: 0.9 },
+        { goal: 'shared-tier cold read >= 0.9x the raw segment read', measure: { figure: 'shared-cold' }, against: { kind: 'figure', figure: 'segment-read' }, target: 0.9 },
       ]),
     );
   }
+  // vLLM's file tier: 32 blocks of 8 MiB (quick: 16 of 2 MiB), 4 threads, one pass per run.
+  const vllmBytes = quick ? 2 * MiB : 8 * MiB;
+  trials.push(
+    rowOf('cluster', `vllm ${sizeLabel(vllmBytes)}`, 'vllm', 'cascade', vllmBytes, { runs: quick ? 1 : 3, warmups: 0, blocks: quick ? 16 : 32 }, [
+      { goal: 'cluster store >= 0.8x single-node store', measure: { figure: 'store cluster' }, against: { kind: 'figure', figure: 'store single' }, target: 0.8 },
+      { goal: 'cross-node load >= 0.8x single-node load', measure: { figure: 'load cross-node' }, against: { kind: 'figure', figure: 'load single' }, target: 0.8 },
+      { goal: 'existence checks >= 0.8x single-node', measure: { figure: 'exists cluster' }, against: { kind: 'figure', figure: 'exists single' }, target: 0.8 },
+    ]),
+  );
   trials.push(rowOf('cluster', 'dedup 64MiB', 'dedup', 'cascade', 64 * MiB, { runs: 1, warmups: 0 }));
   trials.push(rowOf('cluster', `scaling ${sizeLabel(CLUSTER_PREFIX.blockBytes)}`, 'scaling', 'cascade', CLUSTER_PREFIX.blockBytes, { runs: 1, warmups: 0, blocks: CLUSTER_PREFIX.blocks }));
   return { trials, notRun: [] };

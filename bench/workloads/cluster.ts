@@ -19,6 +19,7 @@
  * Every read is a whole-file read through a mount with Node's fs.readFileSync (open, read until EOF,
  * close), timed in the trial process; the daemons are other processes.
  */
+import { spawnSync } from 'node:child_process';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -69,7 +70,7 @@ function loads(mnt: string): { shared: number; remote: number } {
 }
 
 interface Cluster {
-  /** A node's mount point. */
+  /** A node's mount point ('s': the single-node mount beside the cluster). */
   mnt(node: string): string;
   shared: string;
   url: string;
@@ -94,6 +95,12 @@ async function withCluster<T>(scratchDir: string, f: (c: Cluster) => Promise<T>)
       // The runner kills what is listed here if this trial dies without stopping its daemons.
       if (nodes[n].proc?.pid !== undefined) fs.appendFileSync(trialLayout(scratchDir).pidFile, `${nodes[n].proc?.pid}\n`);
     }
+    // The same path on a single node, in the same run: a mount of its own (no --cluster, same DRAM).
+    const single = path.join(scratchDir, 'mnt-s');
+    fs.mkdirSync(single);
+    nodes.s = new Daemon(single, path.join(scratchDir, 'data-s'), ['--dram', '1G']);
+    await nodes.s.start();
+    if (nodes.s.proc?.pid !== undefined) fs.appendFileSync(trialLayout(scratchDir).pidFile, `${nodes.s.proc?.pid}\n`);
     return await f({ mnt: (n) => nodes[n].mnt, shared, url, redisPort: redis.ports[0] });
   } finally {
     for (const d of Object.values(nodes)) await d.stop();
@@ -107,10 +114,11 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
   const size = args.blockBytes;
   const meta = await RedisMeta.connect(parseRedisUrl(c.url));
   const client = new Redis({ host: '127.0.0.1', port: c.redisPort });
-  const times = { cold: [] as number[], remote: [] as number[], local: [] as number[], raw: [] as number[], get: [] as number[] };
+  const times = { cold: [] as number[], remote: [] as number[], local: [] as number[], single: [] as number[], raw: [] as number[], get: [] as number[] };
   try {
     const dir = `kv/bench/s${size}`;
     fs.mkdirSync(path.join(c.mnt('a'), dir), { recursive: true });
+    fs.mkdirSync(path.join(c.mnt('s'), dir), { recursive: true });
     for (let i = 0; i < args.warmups + args.runs; i++) {
       const counted = i >= args.warmups;
       const data = crypto.randomBytes(size);
@@ -124,6 +132,9 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
       await settleStats();
       if (loads(c.mnt('b')).remote !== before + 1) throw new Error(`the read on b was not a remote DRAM read (${before} -> ${loads(c.mnt('b')).remote})`);
       const local = timeRead(path.join(c.mnt('a'), rel), sha);
+      // The same on the single-node mount: the block written there, read back as a reads its own.
+      fs.writeFileSync(path.join(c.mnt('s'), rel), data);
+      const single = timeRead(path.join(c.mnt('s'), rel), sha);
       const [place] = (await meta.locate(sha)).filter((p) => p.node === 'a');
       const file = path.join(c.shared, place.file);
       dropPageCache(file);
@@ -143,6 +154,7 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
       times.cold.push(cold);
       times.remote.push(remote);
       times.local.push(local);
+      times.single.push(single);
       times.raw.push(raw);
       times.get.push(get);
     }
@@ -157,6 +169,7 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
       figure('remote', "read on b of a block in a's DRAM (remote DRAM tier): hold + fi_read into b's arena + SHA-256 check + read through the mount", size, times.remote),
       figure('shared-cold', "read on d of a block a wrote (shared tier, cold): d has no fabric; a's segments dropped from the page cache; d checks the SHA-256", size, times.cold),
       figure('local', "read on a (the writer's DRAM, local, hot)", size, times.local),
+      figure('single-node', 'the same on a single-node mount beside the cluster: a block written there, read back (hot)', size, times.single),
       figure('segment-read', "peer: plain read of the record from a's segment file, cold (the disk limit for the cold read)", size, times.raw),
       figure('redis-get', 'peer: Redis GET of a value of the same size (redis-server on loopback, ioredis, in memory)', size, times.get),
       // One entry: the mean block time of the loop (its rate is the loop's bytes over its summed time).
@@ -209,9 +222,54 @@ async function scalingWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ fi
   return { figures, checks };
 }
 
+const VLLM_SCRIPT = path.join(__dirname, '..', '..', '..', 'bench', 'vllm_pattern.py');
+
+function vllm(op: 'store' | 'exists' | 'load', dir: string, args: ClusterTrialArgs, threads: number): number {
+  const out = spawnSync('python3', [VLLM_SCRIPT, op, dir, String(args.blocks), String(args.blockBytes), String(threads)], { encoding: 'utf8', timeout: 600_000 });
+  if (out.status !== 0) throw new Error(`vllm_pattern.py ${op} ${dir}: ${out.stderr || out.stdout}`);
+  return (JSON.parse(out.stdout.trim().split('\n').pop()!) as { ms: number }).ms;
+}
+
+/**
+ * vLLM's file-tier pattern (bench/vllm_pattern.py): 4 writer threads store the blocks (existence check,
+ * O_EXCL|O_DIRECT temp file, one write, rename) on a and on the single-node mount; existence checks of
+ * all of them there; then a fresh process loads every block on b (from a, cross-node) and on the
+ * single node (its own blocks). Each figure is one pass over all blocks, wall time.
+ */
+async function vllmWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figures: FigureSamples[]; checks: Record<string, CheckValue> }> {
+  const THREADS = 4;
+  const times = { storeCluster: [] as number[], storeSingle: [] as number[], existsCluster: [] as number[], existsSingle: [] as number[], loadCross: [] as number[], loadSingle: [] as number[] };
+  for (let i = 0; i < args.warmups + args.runs; i++) {
+    const rel = `kv/vllm/llama_r${i}`;
+    const t = {
+      storeSingle: vllm('store', path.join(c.mnt('s'), rel), args, THREADS),
+      storeCluster: vllm('store', path.join(c.mnt('a'), rel), args, THREADS),
+      existsSingle: vllm('exists', path.join(c.mnt('s'), rel), args, 1),
+      existsCluster: vllm('exists', path.join(c.mnt('a'), rel), args, 1),
+      loadSingle: vllm('load', path.join(c.mnt('s'), rel), args, THREADS),
+      loadCross: vllm('load', path.join(c.mnt('b'), rel), args, THREADS),
+    };
+    if (i < args.warmups) continue;
+    for (const k of Object.keys(t) as Array<keyof typeof t>) times[k].push(t[k]);
+  }
+  const bytes = args.blocks * args.blockBytes;
+  const files = (name: string, label: string, ms: number[]): FigureSamples => ({ figure: name, label, unit: 'ops/s', bytesPerRun: 0, opsPerRun: args.blocks, timesMs: ms });
+  return {
+    figures: [
+      figure('store cluster', `${THREADS} threads store ${args.blocks} blocks on cluster node a (exists, O_EXCL|O_DIRECT temp, write, rename)`, bytes, times.storeCluster),
+      figure('store single', 'the same on the single-node mount', bytes, times.storeSingle),
+      figure('load cross-node', `a fresh process on b loads every block a stored (${THREADS} threads, open + readinto)`, bytes, times.loadCross),
+      figure('load single', 'a fresh process on the single-node mount loads its own blocks', bytes, times.loadSingle),
+      files('exists cluster', 'os.path.exists of every stored block on a', times.existsCluster),
+      files('exists single', 'the same on the single-node mount', times.existsSingle),
+    ],
+    checks: { contentVerified: true, threads: THREADS },
+  };
+}
+
 /** One cluster-suite trial: start the cluster, run the workload, stop it. */
 export function runClusterTrial(args: ClusterTrialArgs): Promise<{ figures: FigureSamples[]; checks: Record<string, CheckValue> }> {
-  const run = { read: readWorkload, dedup: dedupWorkload, scaling: scalingWorkload }[args.workload];
+  const run = { read: readWorkload, vllm: vllmWorkload, dedup: dedupWorkload, scaling: scalingWorkload }[args.workload];
   return withCluster(args.scratchDir, (c) => run(args, c));
 }
 

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""vLLM's file-tier pattern (vllm/v1/kv_offload/tiering/fs/io.py), for the cluster suite.
+
+store DIR N SIZE THREADS: N blocks of SIZE bytes, each written by one of THREADS threads as vLLM does:
+os.path.exists of the final name first, a temp file opened O_CREAT|O_EXCL|O_WRONLY (O_DIRECT where
+the file system takes it), one write, close, os.replace over the final name. Prints the wall time.
+exists DIR N: os.path.exists of every stored block, in order.
+load DIR N SIZE THREADS: a fresh process reads every block (open, readinto, close) and checks its
+bytes (each block is SIZE bytes of its index's repeated pattern). Prints the wall time.
+Output: one JSON line {"ms": ...}.
+"""
+import json
+import os
+import sys
+import threading
+import time
+
+
+def pattern(i, size):
+    unit = (b"%016d" % i) * 4096
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def split(n, threads):
+    return [list(range(t, n, threads)) for t in range(threads)]
+
+
+def store(d, n, size, threads):
+    os.makedirs(d, exist_ok=True)
+    datas = [pattern(i, size) for i in range(n)]
+    errors = []
+
+    def run(indices):
+        try:
+            for i in indices:
+                final = f"{d}/{i:08x}.bin"
+                if os.path.exists(final):
+                    continue
+                tmp = f"{final}.{threading.get_ident()}.tmp"
+                flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
+                try:
+                    fd = os.open(tmp, flags | getattr(os, "O_DIRECT", 0), 0o644)
+                    direct = True
+                except OSError:
+                    fd = os.open(tmp, flags, 0o644)
+                    direct = False
+                try:
+                    if direct:
+                        import mmap
+                        buf = mmap.mmap(-1, size)
+                        buf.write(datas[i])
+                        os.write(fd, buf)
+                        buf.close()
+                    else:
+                        os.write(fd, datas[i])
+                finally:
+                    os.close(fd)
+                os.replace(tmp, final)
+        except Exception as e:  # noqa: BLE001 - reported to the caller
+            errors.append(repr(e))
+
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=run, args=(ix,)) for ix in split(n, threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    ms = (time.perf_counter() - t0) * 1000
+    if errors:
+        raise SystemExit("store failed: " + errors[0])
+    return ms
+
+
+def exists(d, n):
+    t0 = time.perf_counter()
+    for i in range(n):
+        if not os.path.exists(f"{d}/{i:08x}.bin"):
+            raise SystemExit(f"block {i} missing")
+    return (time.perf_counter() - t0) * 1000
+
+
+def load(d, n, size, threads):
+    errors = []
+
+    def run(indices):
+        buf = bytearray(size)
+        try:
+            for i in indices:
+                fd = os.open(f"{d}/{i:08x}.bin", os.O_RDONLY)
+                try:
+                    got = os.readv(fd, [buf])
+                finally:
+                    os.close(fd)
+                if got != size or bytes(buf) != pattern(i, size):
+                    errors.append(f"block {i}: wrong bytes")
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=run, args=(ix,)) for ix in split(n, threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    ms = (time.perf_counter() - t0) * 1000
+    if errors:
+        raise SystemExit("load failed: " + errors[0])
+    return ms
+
+
+def main():
+    op, d = sys.argv[1], sys.argv[2]
+    n = int(sys.argv[3])
+    if op == "store":
+        ms = store(d, n, int(sys.argv[4]), int(sys.argv[5]))
+    elif op == "exists":
+        ms = exists(d, n)
+    elif op == "load":
+        ms = load(d, n, int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        raise SystemExit(f"unknown op {op}")
+    print(json.dumps({"ms": ms}))
+
+
+if __name__ == "__main__":
+    main()
