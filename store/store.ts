@@ -1471,6 +1471,56 @@ export class Store {
       });
   }
 
+  /**
+   * Cluster: a block this node lacks, filled natively from another node's record on the shared tier
+   * (Arena::FillRecord: its header checked, each piece published to readers as it passes its CRC-32C,
+   * the whole SHA-256 checked before it joins DRAM), as nativeDiskLoad does for this node's own disk.
+   * Places are tried in turn: one that moved (compaction) or fails its checks is skipped. undefined
+   * where the block must come through a buffer (no arena, GPU copy, this node's own disk).
+   */
+  private nativeSharedLoad(sha: string, sizeBytes: number, onLoading?: (handle: number) => void): (() => Promise<void>) | undefined {
+    const c = this.config.cluster;
+    const dram = this.dram;
+    const arena = dram instanceof NativeArenaTier ? dram.arenaBinding() : undefined;
+    if (c === undefined || arena === undefined || this.disk.has(sha) || this.gpu?.has(sha)) return undefined;
+    return async () => {
+      const problems: string[] = [];
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const cached = attempt === 0 ? this.placements.get(sha) : undefined;
+        const found = cached ?? (await c.directory.locate(sha));
+        if (found.length > 0) this.placements.set(sha, found);
+        const places = found.filter((p) => p.sizeBytes === sizeBytes && p.node !== c.node);
+        for (const p of places) {
+          let fh: fs.promises.FileHandle | undefined;
+          try {
+            fh = await fs.promises.open(path.join(c.sharedDir, p.file), 'r');
+            const fd = fh.fd;
+            await (dram as NativeArenaTier).adopt(sha, sizeBytes, async (handle) => {
+              const filling = arena.fillRecordAsync(handle, fd, p.offsetBytes, sha, 0); // marks it filling first
+              onLoading?.(handle);
+              await filling;
+              return sha; // the fill checked the bytes' SHA-256
+            });
+            this.counters.sharedLoads++;
+            this.counters.sharedLoadBytes += sizeBytes;
+            return;
+          } catch (e) {
+            // A copy that moved, went or fails its checks (CascadeError, native or fs codes alike).
+            const code = (e as { code?: unknown }).code;
+            if (code !== 'ESTALE' && code !== 'ECORRUPT' && code !== 'ENOENT' && code !== 'EIO') throw e;
+            problems.push(`${p.node}: ${(e as Error).message}`);
+          } finally {
+            await fh?.close().catch(() => undefined);
+          }
+        }
+        this.placements.delete(sha);
+        if (places.length === 0 && cached === undefined) break;
+      }
+      this.counters.misses++;
+      throw new CascadeError('EIO', `content ${sha} has no readable copy on the shared tier${problems.length ? ` (${problems.join('; ')})` : ''}`);
+    };
+  }
+
   private async dramWriteRaced(sha: string, data: Uint8Array | (() => Promise<void>)): Promise<boolean> {
     try {
       if (typeof data === 'function') await data();
@@ -2104,10 +2154,10 @@ export class Store {
   }
 
   private async loadIntoDram(sha: string, sizeBytes: number, reading: boolean, onLoading?: (handle: number) => void): Promise<void> {
-    const native = this.nativeDiskLoad(sha, sizeBytes, onLoading);
+    const native = this.nativeDiskLoad(sha, sizeBytes, onLoading) ?? this.nativeSharedLoad(sha, sizeBytes, onLoading);
     const fromGpu = native ? undefined : this.gpu?.has(sha) ? await this.gpuCopy(sha, sizeBytes) : undefined;
     // A reader's hit where the block came from (reads through a hold are counted once, at the hold).
-    const source = native ? 'disk' : fromGpu ? 'gpu' : this.disk.has(sha) ? 'disk' : 'shared';
+    const source = fromGpu ? 'gpu' : this.disk.has(sha) ? 'disk' : 'shared';
     const data = native ? undefined : (fromGpu ?? (await this.loadFromDisk(sha, sizeBytes)));
     for (let attempt = 0; ; attempt++) {
       if (!(await this.makeRoom(sizeBytes))) {

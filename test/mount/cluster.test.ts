@@ -317,6 +317,50 @@ print(i)
     });
   });
 
+  it('a block read from another node\'s segment streams, each piece once it passes its CRC-32C; a damaged piece is never served', function () {
+    const data = seededBytes(31, 6 * 1024 * 1024 + 5);
+    fs.mkdirSync(`${mnt('a')}/kv/m/seg`, { recursive: true });
+    fs.writeFileSync(`${mnt('a')}/kv/m/seg/blk`, data);
+    // Out of A's DRAM: other nodes read A's segment, not A's memory.
+    const ev = spawnSync(process.execPath, [CLI, 'evict', `${mnt('a')}/kv/m/seg/blk`], { encoding: 'utf8' });
+    assert.equal(ev.status, 0, ev.stderr);
+    // One payload byte flipped past 5 MiB (256 KiB pieces: the 21st).
+    const segDir = path.join(root, 'shared', 'nodes', 'a', 'segments');
+    const name = Buffer.from(sha256(data), 'hex');
+    let damaged = false;
+    for (const seg of fs.readdirSync(segDir).filter((n) => n.endsWith('.log'))) {
+      const bytes = fs.readFileSync(path.join(segDir, seg));
+      const header = bytes.indexOf(name) - 16;
+      if (header < 0 || header % 4096 !== 0) continue;
+      const at = header + 4096 + 5 * 1024 * 1024 + 11;
+      const fd = fs.openSync(path.join(segDir, seg), 'r+');
+      fs.writeSync(fd, Buffer.from([bytes[at] ^ 0x20]), 0, 1, at);
+      fs.closeSync(fd);
+      damaged = true;
+    }
+    assert.ok(damaged, "the block's record in A's segments");
+    const r = py(`
+import hashlib, os
+fd = os.open("${mnt('b')}/kv/m/seg/blk", os.O_RDONLY)
+got = bytearray()
+try:
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b: break
+        got += b
+    print("no-error", len(got))
+except OSError as e:
+    print("errno", e.errno, len(got), hashlib.sha256(got).hexdigest())
+`);
+    const [word, code, n, digest] = r.stdout.trim().split(' ');
+    assert.equal(word, 'errno', r.stdout + r.stderr);
+    assert.equal(Number(code), 5, 'EIO');
+    assert.ok(Number(n) <= 5 * 1024 * 1024, `${n} bytes before the error: none of the damaged piece`);
+    assert.ok(Number(n) >= 1024 * 1024, `${n} bytes before the error: the pieces before it were served as they passed`);
+    assert.equal(digest, sha256(data.subarray(0, Number(n))), 'what came before is the file\'s own bytes');
+    assert.notEqual(sh(`getfattr --only-values -n user.cascade.tier ${mnt('b')}/kv/m/seg/blk`).stdout, 'dram', 'nothing kept');
+  });
+
   it('kill -9 of B: its files stay readable on A and C from the shared tier; B restarts under its name', async function () {
     const data = seededBytes(12, 3 * 1024 * 1024);
     fs.mkdirSync(`${mnt('b')}/kv/m/fromb`, { recursive: true });
