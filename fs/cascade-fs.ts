@@ -19,6 +19,7 @@
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
+import { LRUCache } from 'lru-cache';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { GiB, INODE_ALLOCATED_LIMIT, NAME_COMPONENT_MAX_BYTES } from '../store/constants';
 import { allocLarge, COPY_ASYNC_MIN_BYTES, copyBytes } from '../store/copy';
@@ -78,6 +79,8 @@ const PINS_LISTED_MAX = 65_536;
 const HIDDEN_RE = /^\.fuse_hidden[0-9a-f]+$/;
 /** Names read per page when the tree is built at mount. */
 const LIST_PAGE = 10_000;
+/** Names a cluster node remembers as absent (see CascadeFs.absent). */
+const ABSENT_NAMES_MAX = 65_536;
 /** Inode numbers reserved from the store at a time for new files and directories. */
 const INODE_BATCH = 1024;
 /** The mount's own directories and files have fixed inode numbers (below INODE_FIRST_ALLOCATED). */
@@ -297,6 +300,13 @@ export class CascadeFs implements CascadeFsOps {
   private stager: WriteStager | undefined;
   /** Leases of user.cascade.cuda_ipc readers on GPU-resident content. */
   private readonly gpuLeases: GpuLeases;
+  /**
+   * Shared namespace with the change feed: names another node had not made when last looked up, until
+   * a change to them is heard (or the feed resets); and the count of changes heard, so that a lookup
+   * answered while one came in is not remembered.
+   */
+  private readonly absent = new LRUCache<string, true>({ max: ABSENT_NAMES_MAX });
+  private changeSeq = 0;
   /** The engine's watcher of other nodes' changes (watchRemote), and how this stops hearing the store's. */
   private remoteWatcher: RemoteWatcher | undefined;
   private unwatchStore: (() => void) | undefined;
@@ -316,7 +326,14 @@ export class CascadeFs implements CascadeFsOps {
     this.inodes = new InodePool(store);
     this.gpuLeases = new GpuLeases(store);
     if (options.sharedNamespace && store.namesWatched) {
-      this.unwatchStore = store.watchNames({ change: (c) => this.changedElsewhere(c), reset: () => this.remoteWatcher?.reset() });
+      this.unwatchStore = store.watchNames({
+        change: (c) => this.changedElsewhere(c),
+        reset: () => {
+          this.changeSeq++;
+          this.absent.clear();
+          this.remoteWatcher?.reset();
+        },
+      });
     }
     // How long requests wait for the JS thread: every FUSE op is served on it. Shown in stats.json.
     this.loopDelay.enable();
@@ -429,6 +446,11 @@ export class CascadeFs implements CascadeFsOps {
    * node is writing or hiding it), and the engine drops what it cached of the paths.
    */
   private changedElsewhere(c: NameChange): void {
+    this.changeSeq++;
+    // The name, and the directories above it (which may exist through it now).
+    for (const n of c.kind === 'renamed' ? [c.name, c.to] : [c.name]) {
+      for (let i = n.length; i > 0; i = n.lastIndexOf('/', i - 1)) this.absent.delete(n.slice(0, i));
+    }
     const w = this.remoteWatcher;
     const leaves = (rel: string) => {
       if (this.tree.kindOf(rel) === 'file' && !this.staging.has(rel) && !this.hidden.has(rel) && !this.pendingDelete.has(rel)) this.tree.removeFile(rel);
@@ -601,9 +623,9 @@ export class CascadeFs implements CascadeFsOps {
     // back under the new file until that commits (found by the model test, test/mount/model.test.ts).
     if (kind === undefined && this.pendingDelete.has(rel)) await this.dropHiddenFile(rel);
     // An existing file keeps its inode number (O_CREAT|O_TRUNC rewrites it); a new one gets a fresh one.
-    // On one node the tree knows every name the store has (but one unlinked while open): a name it
-    // lacks is new, with no store lookup.
-    const known = kind !== undefined || this.options.sharedNamespace === true || this.pendingDelete.has(rel);
+    // kindOf knows every name the store has (but one unlinked while open): on one node the tree does;
+    // with a shared namespace it asked the store (or the change feed said nobody made it since).
+    const known = kind !== undefined || this.pendingDelete.has(rel);
     const ino = known ? await this.fileIno(rel) : await this.inodes.take();
     this.tree.addFile(rel); // EISDIR if a directory took the name meanwhile
     this.pendingDelete.delete(rel);
@@ -1351,21 +1373,20 @@ export class CascadeFs implements CascadeFsOps {
    */
   private async kindOf(rel: string, resolved?: { version?: VersionRecord }): Promise<'dir' | 'file' | undefined> {
     const known = this.tree.kindOf(rel);
-    if (known !== undefined || !this.options.sharedNamespace || rel === '') return known;
-    let kind: 'dir' | 'file' | undefined;
-    const v = validName(rel) ? await this.current(rel) : undefined;
+    if (known !== undefined || !this.options.sharedNamespace || rel === '' || !validDirName(rel)) return known;
+    // Absent a moment ago, and no other node has made it since (the change feed would have said).
+    if (this.absent.has(rel)) return undefined;
+    const seq = this.changeSeq;
+    const found = await this.store.lookup(rel);
     // The caller's request may use the version just read instead of asking the store again.
-    if (resolved) resolved.version = v;
-    if (v !== undefined) kind = 'file';
-    else if ((await this.store.list(`${rel}/`, { limit: 1 })).length > 0) kind = 'dir';
-    else {
-      const mode = validDirName(rel) ? await this.store.dirMode(rel) : undefined;
-      if (mode !== undefined) {
-        kind = 'dir';
-        this.dirModes.set(rel, mode);
-      }
+    if (resolved) resolved.version = found.version;
+    const kind = found.version !== undefined ? 'file' : found.dir ? 'dir' : undefined;
+    if (kind === undefined) {
+      // Remembered only where no change came in meanwhile (its message may have come before the answer).
+      if (this.unwatchStore !== undefined && this.changeSeq === seq) this.absent.set(rel, true);
+      return undefined;
     }
-    if (kind === undefined) return undefined;
+    if (found.dirMode !== undefined) this.dirModes.set(rel, found.dirMode);
     await this.adopt(rel, kind);
     return this.tree.kindOf(rel);
   }
@@ -1646,15 +1667,6 @@ export class CascadeFs implements CascadeFsOps {
 
   private log(message: string): void {
     (this.options.log ?? ((m: string) => process.stderr.write(`cascade: ${m}\n`)))(message);
-  }
-}
-
-function validName(rel: string): boolean {
-  try {
-    validateName(rel);
-    return true;
-  } catch {
-    return false;
   }
 }
 

@@ -136,6 +136,15 @@ export type NameChange =
   | { kind: 'file' | 'removed' | 'dirMade' | 'dirRemoved'; name: string }
   | { kind: 'renamed'; name: string; to: string };
 
+/** What a path is: a file (its current version), a directory (made by mkdir: its mode), or neither. */
+export interface NameLookup {
+  version: VersionRecord | undefined;
+  dir: boolean;
+  dirMode?: number;
+  /** A file's: the nodes that say they hold its content in DRAM. */
+  dramHolders: string[];
+}
+
 /** What watchChanges calls: each change, and `reset` when changes may have been missed (a reconnect). */
 export interface ChangeListener {
   change(c: NameChange): void;
@@ -176,6 +185,8 @@ export interface ClusterDirectory {
   advertiseDram(changes: ReadonlyArray<{ sha256: string; node: string; held: boolean }>): Promise<void>;
   /** Nodes that said they hold the content in DRAM (possibly stale: ask them). */
   dramHolders(sha256: string): Promise<string[]>;
+  /** What a path is (a file's current version, a directory), in one round trip, with the file's dramHolders. */
+  lookupName(name: string): Promise<NameLookup>;
   /** MetaEngine.current and the dramHolders of its content, in one round trip (a remote read needs both). */
   currentWithHolders(name: string): Promise<{ version: VersionRecord | undefined; dramHolders: string[] }>;
   /** Block rows of these contents, in order (one round trip per batch): undefined where there is none. */

@@ -642,9 +642,19 @@ export class Store {
     }
     const dram = this.dram;
     return this.commitContent(name, sha, size, ino, async () => {
-      if (!this.config.cluster && dram instanceof NativeArenaTier) {
+      if (dram instanceof NativeArenaTier) {
         this.checkDiskRoom(size);
-        if (dram.adoptBlock(sha, block.handle, size)) {
+        if (this.config.cluster && dram.adoptBlock(sha, block.handle, size)) {
+          // The stage becomes the DRAM copy (no copy), dirty until it is in the segments: other nodes
+          // read it there once it is committed, so it is written out now, from DRAM, before the commit.
+          owner.taken = true;
+          this.admit(sha);
+          this.markDirty(sha, size);
+          await this.flushLocked(sha);
+          this.evictAhead();
+          return;
+        }
+        if (!this.config.cluster && dram.adoptBlock(sha, block.handle, size)) {
           owner.taken = true;
           this.admit(sha);
           this.markDirty(sha, size);
@@ -653,7 +663,7 @@ export class Store {
           return;
         }
       }
-      // A cluster writes its segments first; elsewhere the tier had the content already: a copy.
+      // The tier had the content already: a copy.
       const data = allocLarge(size);
       this.readSealed(block, data);
       await this.ingest(sha, data);
@@ -1087,6 +1097,39 @@ export class Store {
     }
   }
 
+  /**
+   * What `name` (a path below kv/) is now: a file with its current version, a directory (with the
+   * mode mkdir gave it, when it was made so), or neither. One round trip in a cluster; while Redis
+   * cannot be reached, a name this node last saw as a file with its content here, as currentVersion.
+   */
+  async lookup(name: string): Promise<{ version?: VersionRecord; dir: boolean; dirMode?: number }> {
+    this.checkOpen();
+    validateDirName(name);
+    const c = this.config.cluster;
+    if (!c) {
+      const version = await this.meta.current(name);
+      if (version) return { version, dir: false };
+      const dirMode = await this.meta.dirMode(name);
+      const dir = dirMode !== undefined || (await this.meta.list(`${name}/`, { limit: 1 })).length > 0;
+      return { dir, dirMode };
+    }
+    try {
+      const r = await c.directory.lookupName(name);
+      if (r.version) {
+        this.lastKnown.set(name, r.version);
+        if (this.remote && !this.dram.has(r.version.sha256)) this.remote.noteHolders(r.version.sha256, r.dramHolders);
+      } else {
+        this.lastKnown.delete(name);
+      }
+      return { version: r.version, dir: r.dir, dirMode: r.dirMode };
+    } catch (e) {
+      const known = isCascadeError(e, 'EIO') ? this.lastKnown.get(name) : undefined;
+      if (known === undefined || (!this.dram.has(known.sha256) && !this.disk.has(known.sha256))) throw e;
+      this.counters.offlineResolves++;
+      return { version: known, dir: false };
+    }
+  }
+
   async stat(name: string, which: VersionSelector = {}): Promise<BlockInfo> {
     const v = await this.resolve(name, which);
     let tier = this.tierOf(v.sha256);
@@ -1378,14 +1421,21 @@ export class Store {
     return result.version;
   }
 
+  /**
+   * Cluster: other nodes read a block from this node's segments as soon as it is committed, so it is
+   * written there before the commit (fdatasync comes from the flusher, or from fsync).
+   */
+  private async writeThroughShared(sha: string, data: Uint8Array): Promise<void> {
+    await this.disk.write(sha, data).catch((e: unknown) => Promise.reject(this.requeueLost(e)));
+    this.unsynced.add(sha);
+    this.kickFlusher();
+  }
+
   private async ingest(sha: string, data: Uint8Array): Promise<void> {
     this.checkDiskRoom(data.length);
     if (this.config.cluster) {
-      // Other nodes read the block from this node's segments as soon as it is committed: write it
-      // there first (fdatasync comes from the flusher, or from fsync), and keep a clean DRAM copy.
-      await this.disk.write(sha, data).catch((e: unknown) => Promise.reject(this.requeueLost(e)));
-      this.unsynced.add(sha);
-      this.kickFlusher();
+      await this.writeThroughShared(sha, data);
+      // Then a clean DRAM copy.
       if ((await this.makeRoom(data.length)) && (await this.dramWriteRaced(sha, data))) {
         this.admit(sha);
         this.evictAhead();
@@ -1681,27 +1731,28 @@ export class Store {
    * lock so that reclamation of the block cannot interleave and leave an orphan on disk.
    */
   private flushOne(key: string): Promise<void> {
-    return this.flushes.do(key, () =>
-      this.locks.with(key, async () => {
-        const size = this.dirty.get(key);
-        if (size === undefined) return; // reclaimed or flushed meanwhile
-        const writeMany = this.disk.writeMany?.bind(this.disk);
-        let written: Promise<void>;
-        if (writeMany !== undefined) {
-          // In pieces through the disk tier's staging buffer: no buffer of the block's size.
-          written = writeMany([{ key, sizeBytes: size }], (k, target, offsetBytes) => this.fillFromDram(k, target, offsetBytes));
-        } else {
-          const buf = Buffer.allocUnsafe(size);
-          const n = await this.dram.read(key, 0, buf);
-          assert(n === size, 'a dirty block is whole in DRAM');
-          written = this.disk.write(key, buf);
-        }
-        await written.catch((e: unknown) => Promise.reject(this.requeueLost(e)));
-        this.clearDirty(key);
-        this.unsynced.add(key);
-        this.counters.flushedBlocks++;
-      }),
-    );
+    return this.flushes.do(key, () => this.locks.with(key, () => this.flushLocked(key)));
+  }
+
+  /** flushOne's work, for a caller that holds the content's lock. */
+  private async flushLocked(key: string): Promise<void> {
+    const size = this.dirty.get(key);
+    if (size === undefined) return; // reclaimed or flushed meanwhile
+    const writeMany = this.disk.writeMany?.bind(this.disk);
+    let written: Promise<void>;
+    if (writeMany !== undefined) {
+      // In pieces through the disk tier's staging buffer: no buffer of the block's size.
+      written = writeMany([{ key, sizeBytes: size }], (k, target, offsetBytes) => this.fillFromDram(k, target, offsetBytes));
+    } else {
+      const buf = Buffer.allocUnsafe(size);
+      const n = await this.dram.read(key, 0, buf);
+      assert(n === size, 'a dirty block is whole in DRAM');
+      written = this.disk.write(key, buf);
+    }
+    await written.catch((e: unknown) => Promise.reject(this.requeueLost(e)));
+    this.clearDirty(key);
+    this.unsynced.add(key);
+    this.counters.flushedBlocks++;
   }
 
   /** fdatasync the disk tier; blocks whose durability a failed sync could not confirm go back to dirty. */

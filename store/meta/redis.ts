@@ -40,7 +40,7 @@ import { randomBytes } from 'node:crypto';
 import { Cluster, Redis, type ChainableCommander, type RedisOptions } from 'ioredis';
 import { INODE_ALLOCATED_LIMIT, INODE_FIRST_ALLOCATED } from '../constants';
 import { assert, CascadeError, isCascadeError } from '../errors';
-import type { BlockPlacement, BlockRecord, ChangeListener, ClusterDirectory, CommitResult, ListOptions, MetaEngine, MetaTotals, NameChange, VersionRecord } from '../meta';
+import type { BlockPlacement, BlockRecord, ChangeListener, ClusterDirectory, CommitResult, ListOptions, MetaEngine, MetaTotals, NameChange, NameLookup, VersionRecord } from '../meta';
 
 export type { BlockPlacement, ClusterDirectory } from '../meta';
 import {
@@ -396,6 +396,29 @@ end
 return out
 `;
 
+/**
+ * lookupName(name): what a path is, in one round trip. A file: { 'f', newest version's member, the
+ * nodes that hold its content in DRAM... }; a directory: { 'd', its mkdir mode or '' (one that exists
+ * through the names below it) }; nothing: {}. Read-only.
+ */
+const LUA_LOOKUP = `
+local P, name = ARGV[1], ARGV[2]
+local m = redis.call('ZRANGE', P .. 'v:' .. name, -1, -1)[1]
+if m then
+  local out = { 'f', m }
+  local sha = string.match(m, '^%d+:(%x+):')
+  if sha then
+    for _, node in ipairs(redis.call('SMEMBERS', P .. 'dram:' .. sha)) do out[#out + 1] = node end
+  end
+  return out
+end
+local mode = redis.call('HGET', P .. 'dirmodes', name)
+if mode then return { 'd', mode } end
+-- '0' follows '/' in byte order: the names below name/ lie in [name/, name0).
+if redis.call('ZRANGEBYLEX', P .. 'names', '[' .. name .. '/', '(' .. name .. '0', 'LIMIT', 0, 1)[1] then return { 'd', '' } end
+return {}
+`;
+
 /** leaveNode(name, token): drops the lease if it is still ours. */
 const LUA_LEAVE = `${LUA_COMMON}
 local key, token = P .. 'node:' .. ARGV[2], ARGV[3]
@@ -418,6 +441,7 @@ interface Scripts {
   cascadeJoin(totals: string, ...args: string[]): Promise<number>;
   cascadeLeave(totals: string, ...args: string[]): Promise<number>;
   cascadeCurrent(totals: string, ...args: string[]): Promise<string[]>;
+  cascadeLookup(totals: string, ...args: string[]): Promise<string[]>;
 }
 
 function parseMember(name: string, member: string): VersionRecord {
@@ -495,6 +519,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
       ['cascadeJoin', LUA_JOIN],
       ['cascadeLeave', LUA_LEAVE],
       ['cascadeCurrent', LUA_CURRENT],
+      ['cascadeLookup', LUA_LOOKUP],
     ] as const) {
       client.defineCommand(name, { numberOfKeys: 1, lua });
     }
@@ -870,6 +895,16 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
 
   async takeReplicaRequests(node: string, max: number): Promise<string[]> {
     return this.guard(async () => (await this.client.lpop(this.key(`replicate:${node}`), max)) ?? []);
+  }
+
+  async lookupName(name: string): Promise<NameLookup> {
+    return this.guard(async () => {
+      checkName(name);
+      const [kind, a, ...holders] = await this.scripts.cascadeLookup(this.totalsKey, this.prefix, name);
+      if (kind === 'f') return { version: parseMember(name, a), dir: false, dramHolders: holders };
+      if (kind === 'd') return { version: undefined, dir: true, dirMode: a === '' ? undefined : Number(a), dramHolders: [] };
+      return { version: undefined, dir: false, dramHolders: [] };
+    });
   }
 
   async currentWithHolders(name: string): Promise<{ version: VersionRecord | undefined; dramHolders: string[] }> {
