@@ -745,7 +745,7 @@ describe('mount/cli: mount and unmount', function () {
       fs.writeFileSync(file, JSON.stringify({ data: 'store', dram: 1048576, pinQuota: '1M', 'keep-versions': 3, kernelCache: true }));
       assert.deepEqual(loadMountConfig(file), { data: path.join(cfgDir, 'store'), dram: '1048576', 'pin-quota': '1M', 'keep-versions': 3, 'kernel-cache': true });
       fs.writeFileSync(file, JSON.stringify({ dram: '1G', drm: '2G' }));
-      assert.throws(() => loadMountConfig(file), /unknown key "drm" \(known: data, dram, dram-watermarks, disk, pin-quota, keep-versions, meta-group-commit-ms, kernel-cache, page-cache, disk-page-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, fuse-uring, debug, log-level, log-file, quiet\)/);
+      assert.throws(() => loadMountConfig(file), /unknown key "drm" \(known: data, dram, dram-watermarks, disk, pin-quota, keep-versions, meta-group-commit-ms, kernel-cache, page-cache, disk-page-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, verify, gpu, gpu-device, metrics, passthrough, fuse-uring, debug, log-level, log-file, quiet\)/);
       fs.writeFileSync(file, JSON.stringify({ disk: '500G' }));
       assert.deepEqual(loadMountConfig(file), { disk: '500G' });
       fs.writeFileSync(file, JSON.stringify({ gpu: '16G', gpuDevice: 1 }));

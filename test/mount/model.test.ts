@@ -771,8 +771,11 @@ class World {
     this.rebuildDirs();
   }
 
+  /**
+   * After a restart: every directory made with mkdir comes back (the metadata keeps it, empty or not,
+   * and a mkdir, rmdir or rename has committed once it returned), and so does every parent of a name.
+   */
   private rebuildDirs(): void {
-    this.dirs.clear();
     for (const n of this.hist.keys()) for (const d of parentsOf(n)) this.dirs.add(d);
   }
 
