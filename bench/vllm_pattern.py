@@ -10,6 +10,7 @@ bytes (each block is SIZE bytes of its index's repeated pattern). Prints the wal
 Output: one JSON line {"ms": ...}.
 """
 import json
+import mmap
 import os
 import sys
 import threading
@@ -21,54 +22,58 @@ def pattern(i, size):
     return (unit * (size // len(unit) + 1))[:size]
 
 
-def split(n, threads):
-    return [list(range(t, n, threads)) for t in range(threads)]
-
-
-def store(d, n, size, threads):
-    os.makedirs(d, exist_ok=True)
-    datas = [pattern(i, size) for i in range(n)]
+def run_threads(n, threads, work):
+    """work(i) for i in range(n), spread over `threads` threads; the wall time in ms (the first error raised)."""
     errors = []
 
     def run(indices):
         try:
             for i in indices:
-                final = f"{d}/{i:08x}.bin"
-                if os.path.exists(final):
-                    continue
-                tmp = f"{final}.{threading.get_ident()}.tmp"
-                flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
-                try:
-                    fd = os.open(tmp, flags | getattr(os, "O_DIRECT", 0), 0o644)
-                    direct = True
-                except OSError:
-                    fd = os.open(tmp, flags, 0o644)
-                    direct = False
-                try:
-                    if direct:
-                        import mmap
-                        buf = mmap.mmap(-1, size)
-                        buf.write(datas[i])
-                        os.write(fd, buf)
-                        buf.close()
-                    else:
-                        os.write(fd, datas[i])
-                finally:
-                    os.close(fd)
-                os.replace(tmp, final)
+                work(i)
         except Exception as e:  # noqa: BLE001 - reported to the caller
             errors.append(repr(e))
 
     t0 = time.perf_counter()
-    ts = [threading.Thread(target=run, args=(ix,)) for ix in split(n, threads)]
+    ts = [threading.Thread(target=run, args=(list(range(t, n, threads)),)) for t in range(threads)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
     ms = (time.perf_counter() - t0) * 1000
     if errors:
-        raise SystemExit("store failed: " + errors[0])
+        raise SystemExit(errors[0])
     return ms
+
+
+def store(d, n, size, threads):
+    os.makedirs(d, exist_ok=True)
+    datas = [pattern(i, size) for i in range(n)]
+
+    def one(i):
+        final = f"{d}/{i:08x}.bin"
+        if os.path.exists(final):
+            return
+        tmp = f"{final}.{threading.get_ident()}.tmp"
+        flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
+        try:
+            fd = os.open(tmp, flags | getattr(os, "O_DIRECT", 0), 0o644)
+            direct = True
+        except OSError:
+            fd = os.open(tmp, flags, 0o644)
+            direct = False
+        try:
+            if direct:  # O_DIRECT needs an aligned buffer: an anonymous map is page-aligned
+                buf = mmap.mmap(-1, size)
+                buf.write(datas[i])
+                os.write(fd, buf)
+                buf.close()
+            else:
+                os.write(fd, datas[i])
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+
+    return run_threads(n, threads, one)
 
 
 def exists(d, n):
@@ -80,32 +85,20 @@ def exists(d, n):
 
 
 def load(d, n, size, threads):
-    errors = []
+    local = threading.local()
 
-    def run(indices):
-        buf = bytearray(size)
+    def one(i):
+        buf = getattr(local, "buf", None) or bytearray(size)
+        local.buf = buf
+        fd = os.open(f"{d}/{i:08x}.bin", os.O_RDONLY)
         try:
-            for i in indices:
-                fd = os.open(f"{d}/{i:08x}.bin", os.O_RDONLY)
-                try:
-                    got = os.readv(fd, [buf])
-                finally:
-                    os.close(fd)
-                if got != size or bytes(buf) != pattern(i, size):
-                    errors.append(f"block {i}: wrong bytes")
-        except Exception as e:  # noqa: BLE001
-            errors.append(repr(e))
+            got = os.readv(fd, [buf])
+        finally:
+            os.close(fd)
+        if got != size or bytes(buf) != pattern(i, size):
+            raise ValueError(f"block {i}: wrong bytes")
 
-    t0 = time.perf_counter()
-    ts = [threading.Thread(target=run, args=(ix,)) for ix in split(n, threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    ms = (time.perf_counter() - t0) * 1000
-    if errors:
-        raise SystemExit("load failed: " + errors[0])
-    return ms
+    return run_threads(n, threads, one)
 
 
 def main():

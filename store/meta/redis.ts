@@ -480,6 +480,16 @@ function mapError(e: unknown): unknown {
   return new CascadeError('EIO', `metadata on Redis: ${message}`, { cause: e });
 }
 
+/**
+ * ZRANGEBYLEX bounds of the members that start with `prefix`, after `after` when given. Lex ranges
+ * compare bytes (UTF-8), which is code point order, the order of compareNames().
+ */
+function lexRange(prefix: string, after: string | undefined): [string, string] {
+  const min = after !== undefined && Buffer.compare(Buffer.from(after), Buffer.from(prefix)) >= 0 ? `(${after}` : `[${prefix}`;
+  const bound = prefixUpperBound(prefix);
+  return [min, bound === undefined ? '+' : `(${bound}`];
+}
+
 const CHANGE_KINDS: Record<string, NameChange['kind']> = { f: 'file', x: 'removed', r: 'renamed', D: 'dirMade', d: 'dirRemoved' };
 
 /** A change message of the scripts' changed(): undefined for this client's own, or one it cannot read. */
@@ -677,12 +687,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
     return this.guard(async () => {
       checkListArgs(prefix, options);
       if (options.limit === 0) return [];
-      // Lex ranges compare bytes (UTF-8), which is code point order, the order of compareNames().
-      const after = options.after;
-      const min = after !== undefined && Buffer.compare(Buffer.from(after), Buffer.from(prefix)) >= 0 ? `(${after}` : `[${prefix}`;
-      const bound = prefixUpperBound(prefix);
-      const max = bound === undefined ? '+' : `(${bound}`;
-      return this.client.zrangebylex(this.key('names'), min, max, 'LIMIT', '0', String(options.limit));
+      return this.client.zrangebylex(this.key('names'), ...lexRange(prefix, options.after), 'LIMIT', '0', String(options.limit));
     });
   }
 
@@ -745,10 +750,7 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
     return this.guard(async () => {
       checkListArgs(prefix, options);
       if (options.limit === 0) return [];
-      const after = options.after;
-      const min = after !== undefined && Buffer.compare(Buffer.from(after), Buffer.from(prefix)) >= 0 ? `(${after}` : `[${prefix}`;
-      const bound = prefixUpperBound(prefix);
-      const names = await this.client.zrangebylex(this.key('dirs'), min, bound === undefined ? '+' : `(${bound}`, 'LIMIT', '0', String(options.limit));
+      const names = await this.client.zrangebylex(this.key('dirs'), ...lexRange(prefix, options.after), 'LIMIT', '0', String(options.limit));
       if (names.length === 0) return [];
       const modes = await this.client.hmget(this.key('dirmodes'), ...names);
       // A directory removed between the two reads has no mode: it is left out.

@@ -990,7 +990,7 @@ Status Arena::MarkFilling(uint64_t handle) {
   return Status::kOk;
 }
 
-Status Arena::PublishVerified(uint64_t handle, uint64_t verifiedBytes) {
+Status Arena::UpdateFill(uint64_t handle, const std::function<void(Slot&)>& update) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     uint32_t index;
@@ -998,25 +998,21 @@ Status Arena::PublishVerified(uint64_t handle, uint64_t verifiedBytes) {
     if (s != Status::kOk) return s;
     Slot& slot = slots_[index];
     if (slot.fill != kFilling) return Status::kInvalid;
-    slot.verifiedBytes = std::max(slot.verifiedBytes, std::min(verifiedBytes, slot.sizeBytes));
+    update(slot);
   }
   fillCv_.notify_all();
   return Status::kOk;
 }
 
+Status Arena::PublishVerified(uint64_t handle, uint64_t verifiedBytes) {
+  return UpdateFill(handle, [&](Slot& slot) { slot.verifiedBytes = std::max(slot.verifiedBytes, std::min(verifiedBytes, slot.sizeBytes)); });
+}
+
 Status Arena::EndFill(uint64_t handle, bool ok) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    uint32_t index;
-    Status s = Lookup(handle, &index);
-    if (s != Status::kOk) return s;
-    Slot& slot = slots_[index];
-    if (slot.fill != kFilling) return Status::kInvalid;
+  return UpdateFill(handle, [&](Slot& slot) {
     slot.fill = ok ? kFillNone : kFillFailed;
     slot.verifiedBytes = ok ? slot.sizeBytes : 0;
-  }
-  fillCv_.notify_all();
-  return Status::kOk;
+  });
 }
 
 Status Arena::WaitFilled(uint64_t handle, uint64_t endBytes, uint64_t timeoutMs) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -220,6 +221,8 @@ class Arena {
   Status Fill(Slot* slot, uint32_t slotIndex, uint32_t generation, int fd, uint64_t payloadOffsetBytes, uint64_t aheadBytes, const struct PieceTable* table,
               const uint8_t* expectSha256, std::string* hex, std::string* error);
   void SetFillState(uint32_t slotIndex, uint32_t generation, uint8_t fill, uint64_t verifiedBytes);
+  // A live block being filled, changed under mutex_ (kInvalid when it is not filling); readers woken.
+  Status UpdateFill(uint64_t handle, const std::function<void(Slot&)>& update);
   void CountBadPieceTable();
   Status Lookup(uint64_t handle, uint32_t* slotIndex);
   void ReleasePages(uint32_t slotIndex);
