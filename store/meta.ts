@@ -221,8 +221,9 @@ export interface ClusterDirectory {
   /** Every node that ever joined: live or not, and its last published figures (parsed JSON). */
   /**
    * Every change other clients of this directory make to names and directories, told as it is applied
-   * (before the writer's call returns to it). Returns a function that stops watching.
+   * (before the writer's call returns to it). Returns a function that stops watching, or undefined
+   * where changes cannot be told that soon (then nothing is told).
    */
-  watchChanges(listener: ChangeListener): Promise<() => Promise<void>>;
+  watchChanges(listener: ChangeListener): Promise<(() => Promise<void>) | undefined>;
   nodeStats(): Promise<Array<{ node: string; live: boolean; stats: unknown }>>;
 }

@@ -547,7 +547,7 @@ export class Store {
       if (cluster) {
         const s = store;
         s.stopWatching = await cluster.directory.watchChanges({ change: (c) => s.changedElsewhere(c), reset: () => s.changesMissed() });
-        opened.push({ close: () => s.stopWatching!() });
+        if (s.stopWatching) opened.push({ close: () => s.stopWatching!() });
       }
       await store.reconcile();
       store.startHeartbeat();

@@ -812,7 +812,10 @@ export class RedisMeta implements MetaEngine, ClusterDirectory {
     });
   }
 
-  async watchChanges(listener: ChangeListener): Promise<() => Promise<void>> {
+  async watchChanges(listener: ChangeListener): Promise<(() => Promise<void>) | undefined> {
+    // On Redis Cluster a script's PUBLISH reaches subscribers over the cluster bus, after the writer's
+    // reply: a node could answer an open from its cache after the writer's close returned. Off there.
+    if (this.client instanceof Cluster) return undefined;
     const sub = (this.client.duplicate as () => Client).call(this.client);
     sub.on('error', () => {}); // a lost connection is a reset (below); ioredis reconnects and resubscribes
     const channel = `${this.prefix}changes`;
