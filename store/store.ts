@@ -1090,11 +1090,16 @@ export class Store {
       else this.lastKnown.delete(name);
       return v;
     } catch (e) {
-      const known = isCascadeError(e, 'EIO') ? this.lastKnown.get(name) : undefined;
-      if (known === undefined || (!this.dram.has(known.sha256) && !this.disk.has(known.sha256))) throw e;
-      this.counters.offlineResolves++;
-      return known;
+      return this.offlineVersion(name, e);
     }
+  }
+
+  /** Redis away (EIO): the version this node last saw of `name`, when its content is here; else `e`. */
+  private offlineVersion(name: string, e: unknown): VersionRecord {
+    const known = isCascadeError(e, 'EIO') ? this.lastKnown.get(name) : undefined;
+    if (known === undefined || (!this.dram.has(known.sha256) && !this.disk.has(known.sha256))) throw e;
+    this.counters.offlineResolves++;
+    return known;
   }
 
   /**
@@ -1123,10 +1128,7 @@ export class Store {
       }
       return { version: r.version, dir: r.dir, dirMode: r.dirMode };
     } catch (e) {
-      const known = isCascadeError(e, 'EIO') ? this.lastKnown.get(name) : undefined;
-      if (known === undefined || (!this.dram.has(known.sha256) && !this.disk.has(known.sha256))) throw e;
-      this.counters.offlineResolves++;
-      return { version: known, dir: false };
+      return { version: this.offlineVersion(name, e), dir: false };
     }
   }
 
