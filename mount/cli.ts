@@ -15,7 +15,7 @@ import * as path from 'node:path';
 import { SingleBar } from 'cli-progress';
 import yargs, { type Argv } from 'yargs';
 import { KEEP_VERSIONS_DEFAULT, MiB } from '../store/constants';
-import { REMOTE_PROMOTE_AFTER_READS_DEFAULT } from '../store/remote';
+import { REMOTE_PROMOTE_AFTER_READS_DEFAULT } from '../store/cluster/remote';
 import { CascadeError, isCascadeError } from '../store/errors';
 import { GROUP_COMMIT_DELAY_MS, GROUP_COMMIT_MAX_MS } from '../store/meta/sqlite';
 import { Store, type StoreConfig, type StoreStats } from '../store/store';

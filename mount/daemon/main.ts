@@ -8,7 +8,7 @@ import * as os from 'node:os';
 import type * as net from 'node:net';
 import type { CascadeFsOps } from '../../fs/types';
 import { Store, type StoreConfig } from '../../store/store';
-import type { RemoteDramOptions } from '../../store/remote';
+import type { RemoteDramOptions } from '../../store/cluster/remote';
 import { CascadeError } from '../../store/errors';
 import { requireNative } from '../../native';
 import type { EngineChoice, FuseUringMode, VerifyMode } from './defaults';

@@ -5,7 +5,7 @@
  */
 import { strict as assert } from 'node:assert';
 import type { ClusterDirectory } from '../../store/meta';
-import { RemoteDram } from '../../store/remote';
+import { RemoteDram } from '../../store/cluster/remote';
 import type { NativeArenaTier } from '../../store/tiers/native-dram';
 import type { NativeFabricBinding, NativeFabricStats } from '../../native';
 import { sha } from './meta-conformance';

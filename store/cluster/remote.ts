@@ -7,12 +7,12 @@
  * its SHA-256 before anyone sees it, so a peer that died, evicted the block, or sent wrong bytes costs a
  * fallback to the shared tier, never wrong bytes.
  */
-import { MiB } from './constants';
-import { CascadeError } from './errors';
-import type { ClusterDirectory } from './meta';
-import { ThresholdPromotion } from './policy/promotion';
-import type { NativeArenaTier } from './tiers/native-dram';
-import { nativeCode, type NativeFabricBinding, type NativeFabricFault, type NativeFabricStats } from '../native';
+import { MiB } from '../constants';
+import { CascadeError } from '../errors';
+import type { ClusterDirectory } from '../meta';
+import { ThresholdPromotion } from '../policy/promotion';
+import type { NativeArenaTier } from '../tiers/native-dram';
+import { nativeCode, type NativeFabricBinding, type NativeFabricFault, type NativeFabricStats } from '../../native';
 
 export interface RemoteDramOptions {
   /** libfabric provider, FI_PROVIDER syntax (default: $FI_PROVIDER, else "tcp;ofi_rxm"). */

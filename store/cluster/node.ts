@@ -1,0 +1,400 @@
+/**
+ * A node of a cluster: its lease on its node name (renewed by the heartbeat, which also carries its
+ * figures, the reclaims and replica requests other nodes leave it), the names it last saw and the
+ * changes other nodes make to them, commits with global dedup, replicas of other nodes' pins, and
+ * where its own blocks lie on the shared tier.
+ */
+import * as crypto from 'node:crypto';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { LRUCache } from 'lru-cache';
+import type { StoreCore } from '../core';
+import type { DramCache } from '../dram-cache';
+import { CascadeError, isCascadeError } from '../errors';
+import type { BlockPlacement, ChangeListener, ClusterDirectory, NameChange, VersionRecord } from '../meta';
+import { DiskSegmentTier } from '../tiers/disk';
+import type { NodeFigures } from '../types';
+import type { ClusterConfig, PeerCopies } from './copies';
+
+/** A cluster node's lease in the directory: renewed every NODE_HEARTBEAT_MS, lost NODE_LEASE_MS after. */
+const NODE_LEASE_MS = 15_000;
+const NODE_HEARTBEAT_MS = 5_000;
+/** Placements republished at once when a node opens (each one round trip). */
+const PLACE_CONCURRENCY = 64;
+/** Released blocks a node drops per heartbeat (a release elsewhere names this node's copies). */
+const RECLAIM_BATCH = 4096;
+/** Names whose current version a cluster node remembers for opens while Redis is away. */
+const LAST_KNOWN_NAMES = 65_536;
+/** Replica requests a node takes per heartbeat. */
+const REPLICA_BATCH = 64;
+
+/** What the node asks of the rest of the store, given once the parts exist. */
+export interface ClusterNodeParts {
+  dramCache: DramCache;
+  copies: PeerCopies;
+  /** Remove content whose last reference went (Store's reclamation). */
+  reclaim(released: string[]): Promise<void>;
+  /** This node's figures for the directory. */
+  figures(): NodeFigures;
+}
+
+/**
+ * Take the node name's lease for a new daemon (its token: host:pid:random). Two daemons with one node
+ * name would append to one set of segments: the second is refused, unless the holder is a process of
+ * this host that no longer runs (a daemon killed with -9).
+ */
+export async function joinCluster(c: ClusterConfig): Promise<string> {
+  const token = `${os.hostname()}:${process.pid}:${crypto.randomBytes(6).toString('hex')}`;
+  if (!(await c.directory.joinNode(c.node, token, NODE_LEASE_MS, await deadHolder(c.directory, c.node)))) {
+    const holder = await c.directory.nodeHolder(c.node);
+    throw new CascadeError('EBUSY', `node name ${c.node} is in use by another running daemon of this cluster (${holder ?? 'lease just expired'}); pick another --node`);
+  }
+  return token;
+}
+
+export class ClusterNode {
+  private heartbeat: NodeJS.Timeout | undefined;
+  /**
+   * Another daemon took this node's name (after this one missed heartbeats for the whole lease). Its
+   * segments are that daemon's now: this one refuses writes from then on.
+   */
+  private leaseLost = false;
+  /** The current version of names this node last saw, for opens while Redis is away. */
+  private readonly lastKnown = new LRUCache<string, VersionRecord>({ max: LAST_KNOWN_NAMES });
+  /** Who hears of other nodes' changes to names (watchNames), and how this node stops hearing them. */
+  private readonly changeListeners = new Set<ChangeListener>();
+  private stopWatching: (() => Promise<void>) | undefined;
+  /** Content pinned here as the second DRAM copy of another node's pin. */
+  private readonly replicas = new Set<string>();
+  private parts!: ClusterNodeParts;
+
+  constructor(
+    private readonly core: StoreCore,
+    private readonly c: ClusterConfig,
+    /** This process's lease token for its node name (joinCluster). */
+    private readonly token: string,
+  ) {}
+
+  get node(): string {
+    return this.c.node;
+  }
+
+  private get copies(): PeerCopies {
+    return this.parts.copies;
+  }
+
+  /** Given once, before the node is used. */
+  wire(parts: ClusterNodeParts): void {
+    this.parts = parts;
+  }
+
+  /** Start hearing other nodes' changes (when the directory has a change feed). */
+  async watch(): Promise<void> {
+    this.stopWatching = await this.c.directory.watchChanges({ change: (c) => this.changedElsewhere(c), reset: () => this.changesMissed() });
+  }
+
+  /** Stop the heartbeat (the store closes). */
+  stopHeartbeat(): void {
+    clearInterval(this.heartbeat);
+  }
+
+  /** Give the node name back and stop hearing changes: the last step before the metadata closes. */
+  async leave(): Promise<void> {
+    await this.c.directory.leaveNode(this.c.node, this.token).catch((e: unknown) => this.core.warn(`leaving the cluster: ${String(e)}`));
+    await this.stopWatching?.().catch((e: unknown) => this.core.warn(`stopping the watch of changes: ${String(e)}`));
+  }
+
+  /** A name changed here (removed, renamed away): forget what was known of it. */
+  forgetName(name: string): void {
+    this.lastKnown.delete(name);
+  }
+
+  /** A name's current version, as this node just made it. */
+  knowName(name: string, v: VersionRecord): void {
+    this.lastKnown.set(name, v);
+  }
+
+  /**
+   * The current version of a name. While Redis cannot be reached, the version this node last saw
+   * (read or committed here) when its content is on this node: local reads keep working; a name this
+   * node never saw, or whose content it lacks, fails with EIO.
+   */
+  async current(name: string): Promise<VersionRecord | undefined> {
+    try {
+      let v: VersionRecord | undefined;
+      const remote = this.copies.remote;
+      if (remote) {
+        // The holders of its content come in the same round trip: a read of content this node lacks
+        // then fetches it from a peer's DRAM without asking Redis again.
+        const r = await this.c.directory.currentWithHolders(name);
+        v = r.version;
+        if (v && !this.core.dram.has(v.sha256)) remote.noteHolders(v.sha256, r.dramHolders);
+      } else {
+        v = await this.core.meta.current(name);
+      }
+      if (v) this.lastKnown.set(name, v);
+      else this.lastKnown.delete(name);
+      return v;
+    } catch (e) {
+      return this.offlineVersion(name, e);
+    }
+  }
+
+  /** Store.lookup in a cluster: one round trip; while Redis is away, as current(). */
+  async lookup(name: string): Promise<{ version?: VersionRecord; dir: boolean; dirMode?: number }> {
+    try {
+      const r = await this.c.directory.lookupName(name);
+      const remote = this.copies.remote;
+      if (r.version) {
+        this.lastKnown.set(name, r.version);
+        if (remote && !this.core.dram.has(r.version.sha256)) remote.noteHolders(r.version.sha256, r.dramHolders);
+      } else {
+        this.lastKnown.delete(name);
+      }
+      return { version: r.version, dir: r.dir, dirMode: r.dirMode };
+    } catch (e) {
+      return { version: this.offlineVersion(name, e), dir: false };
+    }
+  }
+
+  /** Whether a peer holds this content in DRAM (where a read would fetch it from) and this node does not. */
+  async inPeerDram(sha: string): Promise<boolean> {
+    if (!this.copies.remote || this.core.dram.has(sha) || this.core.disk.has(sha)) return false;
+    const holders = await this.c.directory.dramHolders(sha).catch(() => []);
+    return holders.some((n) => n !== this.c.node);
+  }
+
+  /** Whether any node pinned this content (the shared row is what counts). */
+  async pinnedAnywhere(sha: string): Promise<boolean> {
+    return (await this.core.meta.block(sha))?.pinned === true;
+  }
+
+  /** A pin here ended: it is no longer a replica either. */
+  unpinned(sha: string): void {
+    this.replicas.delete(sha);
+  }
+
+  /** The content was reclaimed. */
+  forget(sha: string): void {
+    this.replicas.delete(sha);
+    this.copies.forget(sha);
+  }
+
+  /**
+   * Commit content as a new version of `name`, under the content's lock. Content some node already
+   * stores is referenced (global dedup), else `ingest` stores it on this node first: a commit needs
+   * this node's own durable copy (another node's copy, or a DRAM copy of it, may be reclaimed by a
+   * concurrent release).
+   */
+  async commit(name: string, sha: string, sizeBytes: number, ino: number | undefined, ingest: () => Promise<void>): Promise<VersionRecord> {
+    if (this.leaseLost) throw new CascadeError('EIO', `node ${this.c.node}: another daemon holds this node name now; this daemon no longer writes`);
+    const core = this.core;
+    const c = this.c;
+    const result = await core.locks.with(sha, async () => {
+      if (!core.disk.has(sha)) {
+        // The check and the new reference are one Redis step, so a concurrent release cannot slip between.
+        try {
+          const known = await c.directory.commitPlaced(name, sha, sizeBytes, core.now(), core.keepVersions, ino, undefined, true);
+          core.counters.dedupHits++;
+          core.counters.dedupSavedBytes += sizeBytes;
+          return known;
+        } catch (e) {
+          if (!isCascadeError(e, 'ENOENT')) throw e;
+        }
+        await ingest();
+      } else {
+        core.counters.dedupHits++;
+        core.counters.dedupSavedBytes += sizeBytes;
+      }
+      // Committed together with where this node holds the content (when it does), so a reader on
+      // another node never finds the version without a place to read it.
+      // With the remote tier on, the DRAM copy is advertised in the same step: readers fetch it at once.
+      const inDram = this.copies.remote !== undefined && core.dram.has(sha) && !this.copies.isBorrowed(sha);
+      return c.directory.commitPlaced(name, sha, sizeBytes, core.now(), core.keepVersions, ino, this.placement(sha), false, inDram ? c.node : undefined);
+    });
+    this.lastKnown.set(name, result.version);
+    await this.parts.reclaim(result.released);
+    return result.version;
+  }
+
+  /**
+   * Hear of every change other nodes make to names and directories (cluster mode), as Redis applies
+   * it, and `reset` when some may have been missed. Returns a function that stops it.
+   */
+  watchNames(listener: ChangeListener): () => void {
+    this.changeListeners.add(listener);
+    return () => this.changeListeners.delete(listener);
+  }
+
+  /** Whether watchNames() hears other nodes' changes (a cluster node whose watch is running). */
+  get namesWatched(): boolean {
+    return this.stopWatching !== undefined;
+  }
+
+  private changedElsewhere(c: NameChange): void {
+    this.lastKnown.delete(c.name);
+    if (c.kind === 'renamed') this.lastKnown.delete(c.to);
+    this.tellListeners((l) => l.change(c));
+  }
+
+  private changesMissed(): void {
+    this.core.warn('the watch of other nodes\' changes reconnected: cached names are dropped');
+    this.lastKnown.clear();
+    this.tellListeners((l) => l.reset());
+  }
+
+  private tellListeners(f: (l: ChangeListener) => void): void {
+    for (const l of this.changeListeners) {
+      try {
+        f(l);
+      } catch (e) {
+        this.core.warn(`a listener of name changes failed: ${String(e)}`);
+      }
+    }
+  }
+
+  /** Redis away (EIO): the version this node last saw of `name`, when its content is here; else `e`. */
+  private offlineVersion(name: string, e: unknown): VersionRecord {
+    const known = isCascadeError(e, 'EIO') ? this.lastKnown.get(name) : undefined;
+    if (known === undefined || (!this.core.dram.has(known.sha256) && !this.core.disk.has(known.sha256))) throw e;
+    this.core.counters.offlineResolves++;
+    return known;
+  }
+
+  /** Cluster: ask one other live node (one that holds the content in DRAM already, if any) to pin a copy. */
+  async askReplica(sha: string): Promise<void> {
+    const c = this.c;
+    const live = (await c.directory.liveNodes()).filter((n) => n !== c.node);
+    if (live.length === 0) return; // a one-node cluster: one copy is all there can be
+    const holders = new Set(await c.directory.dramHolders(sha));
+    const warm = live.filter((n) => holders.has(n));
+    const pool = warm.length > 0 ? warm : live;
+    await c.directory.requestReplica(pool[Math.floor(Math.random() * pool.length)], sha);
+  }
+
+  /** Cluster, each heartbeat: pin the copies other nodes asked for; let go of those no longer pinned. */
+  async tendReplicas(): Promise<void> {
+    const c = this.c;
+    for (const sha of await c.directory.takeReplicaRequests(c.node, REPLICA_BATCH)) {
+      const row = await this.core.meta.block(sha);
+      if (row?.pinned !== true || this.core.closing) continue;
+      await this.core.locks.with(sha, async () => {
+        if (this.core.pinned.has(sha)) return;
+        if (this.core.pinnedBytes + row.sizeBytes > this.core.pinQuotaBytes) {
+          this.core.warn(`no replica of pinned ${sha} here: ${row.sizeBytes} bytes would exceed this node's pin quota (${this.core.pinnedBytes} of ${this.core.pinQuotaBytes})`);
+          return;
+        }
+        this.core.pinLocally(sha, row.sizeBytes); // first: a pinned block is never a victim while it loads
+        this.replicas.add(sha);
+        try {
+          await this.parts.dramCache.ensureInDram(sha, row.sizeBytes);
+        } catch (e) {
+          this.core.unpinLocally(sha);
+          throw e;
+        }
+      });
+    }
+    for (const sha of [...this.replicas]) {
+      const row = await this.core.meta.block(sha);
+      if (row?.pinned === true) continue;
+      await this.core.locks.with(sha, async () => {
+        if (this.replicas.delete(sha)) this.core.unpinLocally(sha);
+      });
+    }
+  }
+
+  /** Where this node holds a block on the shared tier, as the directory records it. */
+  placement(sha: string): BlockPlacement | undefined {
+    const c = this.c;
+    const loc = this.core.disk instanceof DiskSegmentTier ? this.core.disk.locate(sha) : undefined;
+    if (!loc) return undefined;
+    return { node: c.node, file: path.relative(c.sharedDir, loc.file), offsetBytes: loc.offsetBytes, sizeBytes: loc.sizeBytes };
+  }
+
+  /** Cluster mode: record the current places of these blocks (after compaction moved them). */
+  republish(keys: string[]): void {
+    const c = this.c;
+    void (async () => {
+      for (let i = 0; i < keys.length; i += PLACE_CONCURRENCY) {
+        await Promise.all(
+          keys.slice(i, i + PLACE_CONCURRENCY).map(async (k) => {
+            const p = this.placement(k);
+            if (p) await c.directory.placeBlock(k, p);
+          }),
+        );
+      }
+    })().catch((e: unknown) => this.core.warn(`publishing block places: ${String(e)}`));
+  }
+
+  startHeartbeat(): void {
+    const c = this.c;
+    const beat = () =>
+      c.directory.joinNode(c.node, this.token, NODE_LEASE_MS).then(
+        async (ok) => {
+          if (!ok) {
+            if (!this.leaseLost) this.core.warn(`node ${c.node}: another daemon took this node name (this one missed its heartbeats for ${NODE_LEASE_MS} ms); writes are refused from now on: unmount and restart under another --node`);
+            this.leaseLost = true;
+            return;
+          }
+          await c.directory.publishNodeStats(c.node, JSON.stringify(this.parts.figures()), NODE_LEASE_MS);
+          // Copies of content another node released: reclaim() keeps any that was stored again.
+          const released = await c.directory.takeReclaims(c.node, RECLAIM_BATCH);
+          if (released.length > 0 && !this.core.closing) await this.parts.reclaim(released);
+          if (!this.core.closing) await this.tendReplicas();
+        },
+        (e: unknown) => this.core.warn(`node ${c.node}: heartbeat failed: ${String(e)}`),
+      ).catch((e: unknown) => this.core.warn(`node ${c.node}: publishing its figures failed: ${String(e)}`));
+    let beating = false; // a slow beat (a long reclaim) is not overlapped by the next
+    const once = () => {
+      if (beating) return;
+      beating = true;
+      void beat().finally(() => (beating = false));
+    };
+    once();
+    this.heartbeat = setInterval(once, NODE_HEARTBEAT_MS);
+    this.heartbeat.unref();
+  }
+
+  /**
+   * Store.open's reconcile for a cluster node, in O(this node's blocks + the pins), not O(the cluster's blocks):
+   * its own segments' blocks that nothing references any more go; pinned content is loaded into DRAM.
+   * Content the node lacks is other nodes' (on the shared tier), not lost.
+   */
+  async reconcile(): Promise<void> {
+    const directory = this.c.directory;
+    const own = this.core.disk.scan().map((e) => e.key);
+    const rows = await directory.blockRows(own);
+    for (let i = 0; i < own.length; i++) {
+      if (rows[i] !== undefined) continue;
+      await this.core.disk.delete(own[i]);
+      this.core.counters.orphanBlocksRemoved++;
+    }
+    // Where this node holds blocks on the shared tier, for the directory (its places may have been
+    // dropped while it was away, or moved by compaction at open).
+    this.republish(this.core.disk.scan().map((e) => e.key));
+    const inDram = this.core.dram.scan().map((e) => e.key); // empty for a fresh arena; a test may inject one
+    const dramRows = await directory.blockRows(inDram);
+    for (let i = 0; i < inDram.length; i++) {
+      if (dramRows[i] !== undefined) this.core.admit(inDram[i]);
+      else await this.core.dram.delete(inDram[i]);
+    }
+    // Pins made before the pinned set existed (an older namespace): read every row once.
+    const pinnedRows = await directory.pinnedBlocks();
+    const legacy = pinnedRows.length === 0 && (await this.core.meta.totals()).pinnedBytes > 0;
+    for (const row of legacy ? (await this.core.meta.blocks()).filter((r) => r.pinned) : pinnedRows) this.core.pinLocally(row.sha256, row.sizeBytes);
+    for (const [sha, size] of this.core.pinned) await this.parts.dramCache.ensureInDram(sha, size);
+  }
+}
+
+/** The lease token of `node` when it belongs to a process of this host that is gone, else undefined. */
+async function deadHolder(directory: ClusterDirectory, node: string): Promise<string | undefined> {
+  const holder = await directory.nodeHolder(node);
+  const m = holder === undefined ? null : /^(.*):(\d+):[0-9a-f]+$/.exec(holder);
+  if (!m || m[1] !== os.hostname()) return undefined;
+  try {
+    process.kill(Number(m[2]), 0);
+    return undefined; // alive (or not ours to signal): keep out
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'ESRCH' ? holder : undefined;
+  }
+}
