@@ -24,7 +24,8 @@ import { CascadeError, isCascadeError } from './errors';
 import { JOURNAL_DIR_NAME, listJournalFiles, readJournalFile, type JournalDamage, type JournalEntry } from './meta/journal';
 import { listSnapshots, META_FILE, takeSnapshot, type SnapshotInfo } from './meta/snapshot';
 import { SqliteMeta } from './meta/sqlite';
-import { fsyncPath, listSegmentFiles, readSegmentIndex, scanSegmentFile } from './tiers/disk';
+import { fsyncPath } from './tiers/disk-io';
+import { listSegmentFiles, readSegmentIndex, scanSegmentFile } from './tiers/segment-format';
 
 /** Items of each kind listed in a report (counts are always complete). */
 export const FSCK_LIST_MAX = 100;

@@ -10,7 +10,7 @@ import type { StoreCore } from '../core';
 import type { ClusterCopies, DramCache } from '../dram-cache';
 import { CascadeError, isCascadeError } from '../errors';
 import type { BlockPlacement } from '../meta';
-import { readRecordAt } from '../tiers/disk';
+import { readRecordAt } from '../tiers/segment-format';
 import { NativeArenaTier } from '../tiers/native-dram';
 import type { RemoteDram } from './remote';
 

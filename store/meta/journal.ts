@@ -18,7 +18,7 @@ import * as path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { KiB } from '../constants';
 import { assert, CascadeError } from '../errors';
-import { fsyncPath } from '../tiers/disk';
+import { fsyncPath } from '../tiers/disk-io';
 import { mkdirAll } from '../mkdir';
 
 /** The directory of journal files inside a data directory. */

@@ -9,7 +9,7 @@ import Database from 'better-sqlite3';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { CascadeError } from '../errors';
-import { fsyncPath } from '../tiers/disk';
+import { fsyncPath } from '../tiers/disk-io';
 import { JOURNAL_DIR_NAME, pruneJournal } from './journal';
 import type { SqliteMeta } from './sqlite';
 

@@ -1,19 +1,13 @@
 /**
  * The disk tier: blocks appended to large segment files, never one file per block (a parallel
- * filesystem's metadata server suffers from millions of small files). Each record is self-describing:
- *
- *   [header, padded to RECORD_ALIGN_BYTES][payload, padded to RECORD_ALIGN_BYTES]
- *   header = magic u32 | format u8 | kind u8 | piece shift u8 | reserved u8 | payload length u64 |
- *            sha256 [32] | table crc32c u32 | reserved [8] | crc32 of the preceding 60 bytes u32
- *   piece table (right after the header, when piece shift != 0) = crc32c u32 of each 2^shift-byte
- *            piece of the payload, the last one shorter
+ * filesystem's metadata server suffers from millions of small files). The record format is in
+ * segment-format.ts.
  *
  * The piece table lets a cold load check and publish a block piece by piece (the native fill,
  * native/src/core/record.h, which checks the header itself too), so readers get its first bytes
  * before the whole SHA-256 is known. The shift is the smallest from 18 (256 KiB) to 23 (8 MiB) whose
  * table fits the header page (1,008 pieces); larger blocks, and records written without the native
- * addon or before tables, have none (shift 0: readers ignore the byte, so older versions read these
- * records as before).
+ * addon, have none (shift 0: readers ignore the byte).
  *
  * Records start on 4 KiB boundaries, so a scan can resynchronise after damage and payloads suit O_DIRECT.
  * Sealed segments are read-only and carry an index file (`seg-N.idx`) so that open does not read them.
@@ -29,29 +23,51 @@ import * as path from 'node:path';
 import { crc32 } from 'node:zlib';
 import {
   COMPACT_DEAD_FRACTION_DEFAULT,
-  GiB,
   RECORD_ALIGN_BYTES,
   RECORD_HEADER_BYTES,
   SEGMENT_TARGET_BYTES_DEFAULT,
 } from '../constants';
 import { assert, CascadeError } from '../errors';
 import type { Tier, TierEntry, TierEvents, TierStats } from '../tier';
-import { allocAligned, pageBytes } from '../copy';
+import { allocAligned } from '../copy';
 import { sha256Hex } from '../hash';
 import { mkdirAll } from '../mkdir';
-import { nativeBinding } from '../../native';
+import {
+  INDEX_ENTRY_BYTES,
+  INDEX_MAGIC,
+  PIECE_SHIFT_MAX,
+  SEGMENT_RE,
+  alignUp,
+  concatCrcs,
+  decodeHeader,
+  encodeHeader,
+  pieceCrcs,
+  pieceShiftFor,
+  pieceTableOf,
+  readSegmentIndex,
+  recordBytes,
+  segName,
+  type RecordLocation,
+  type SegmentIndex,
+} from './segment-format';
+import {
+  fsyncPath,
+  readFully,
+  realDiskIo,
+  writeFully,
+  type DiskIo,
+  DiskSyncError,
+  directWritesFit,
+  readFailed,
+} from './disk-io';
 
-const RECORD_MAGIC = 0x31435343; // 'CSC1' little-endian
-const RECORD_FORMAT = 1;
-const RECORD_KIND_BLOCK = 1;
-const INDEX_MAGIC = 0x31495343; // 'CSI1'
-const INDEX_ENTRY_BYTES = 48; // sha256 [32] | record offset u64 | payload length u64
-/** Node's fs calls take at most 2 GiB - 1 bytes at once. */
-const IO_CHUNK_BYTES = 1 * GiB;
 /**
  * writeMany's largest single append: records are laid out in one staging buffer of at most this many
  * bytes and written with one pwrite (a record larger than this goes alone, in a buffer of its own).
  */
+export { recordBytes, type RecordLocation } from './segment-format';
+export { DiskSyncError, realDiskIo, type DiskIo } from './disk-io';
+
 export const APPEND_BATCH_BYTES_MAX = 8 * 1024 * 1024;
 /**
  * A load that follows the previous one in its segment (forward, within this distance: blocks written
@@ -63,26 +79,6 @@ export const READ_AHEAD_BYTES = 8 * 1024 * 1024;
 const CLOSE_READERS_WAIT_MS = 10_000;
 /** Subscribers to a disk tier's background events: its store, and a handful more (tests). */
 const LISTENERS_MAX = 8;
-
-/**
- * The segment file operations of the live read and write paths, which can fail in ways tests must reach
- * (fault injection: store/faults.ts). Recovery at open reads with the plain calls.
- */
-export interface DiskIo {
-  /** pread: bytes read (0 at end of file). */
-  read(fd: number, buf: Uint8Array, offset: number, length: number, position: number): Promise<number>;
-  /** pwrite: bytes written. */
-  write(fd: number, buf: Uint8Array, offset: number, length: number, position: number): Promise<number>;
-  fdatasync(fd: number): Promise<void>;
-}
-
-export const realDiskIo: DiskIo = {
-  read: (fd, buf, offset, length, position) =>
-    new Promise((resolve, reject) => fs.read(fd, buf, offset, length, position, (e, n) => (e ? reject(e) : resolve(n)))),
-  write: (fd, buf, offset, length, position) =>
-    new Promise((resolve, reject) => fs.write(fd, buf, offset, length, position, (e, n) => (e ? reject(e) : resolve(n)))),
-  fdatasync: (fd) => new Promise((resolve, reject) => fs.fdatasync(fd, (e) => (e ? reject(e) : resolve()))),
-};
 
 export interface DiskTierOptions {
   dir: string;
@@ -109,13 +105,6 @@ export interface DiskTierOptions {
   onLost?: (keys: string[]) => void;
 }
 
-/** Where a block's record lies: its segment file, the record's start, the payload's length. */
-export interface RecordLocation {
-  file: string;
-  offsetBytes: number;
-  sizeBytes: number;
-}
-
 export interface QuarantineEvent {
   segment: string;
   offsetBytes: number;
@@ -129,13 +118,6 @@ export interface DiskRecoveryReport {
   scannedRecords: number;
   truncatedBytes: number;
   quarantined: number;
-}
-
-/** Durability of these keys could not be confirmed: they were dropped from the disk tier. */
-export class DiskSyncError extends CascadeError {
-  constructor(readonly lostKeys: string[], cause: unknown) {
-    super('EIO', `fdatasync failed; ${lostKeys.length} block(s) must be written again`, { cause });
-  }
 }
 
 interface Location {
@@ -166,105 +148,6 @@ interface Segment {
   lastLoadEndBytes?: number;
 }
 
-export function recordBytes(sizeBytes: number): number {
-  return RECORD_ALIGN_BYTES + alignUp(sizeBytes);
-}
-
-function alignUp(n: number): number {
-  return Math.ceil(n / RECORD_ALIGN_BYTES) * RECORD_ALIGN_BYTES;
-}
-
-/** A record's piece table: CRC-32C of each 2^shift-byte piece of its payload. */
-interface PieceTable {
-  shift: number;
-  crcs: Uint32Array;
-}
-
-/** Payloads at least this large get their piece CRCs on a worker thread (~10 GB/s: 0.1 ms per MiB). */
-const PIECE_CRC_ASYNC_MIN_BYTES = 1024 * 1024;
-/** The largest piece shift (8 MiB), a divisor of the staging buffer: large records get their table chunk by chunk. */
-const PIECE_SHIFT_MAX = 23;
-
-/** The piece shift a record of sizeBytes gets a table with; 0: none (no addon, empty, or too large). */
-function pieceShiftFor(sizeBytes: number): number {
-  return nativeBinding()?.recordPieceShift(sizeBytes) ?? 0;
-}
-
-/** The CRC-32C of each 2^shift-byte piece of `bytes` (the addon's; callers checked pieceShiftFor). */
-async function pieceCrcs(bytes: Uint8Array, shift: number): Promise<Uint32Array> {
-  const b = nativeBinding();
-  assert(b !== undefined && shift > 0, 'piece CRCs need the addon and a piece size');
-  return bytes.length >= PIECE_CRC_ASYNC_MIN_BYTES ? b.crc32cPiecesAsync(bytes, shift) : b.crc32cPieces(bytes, shift);
-}
-
-/** The table of a whole payload, or undefined where it gets none. */
-async function pieceTableOf(payload: Uint8Array): Promise<PieceTable | undefined> {
-  const shift = pieceShiftFor(payload.length);
-  return shift === 0 ? undefined : { shift, crcs: await pieceCrcs(payload, shift) };
-}
-
-function concatCrcs(parts: Uint32Array[]): Uint32Array {
-  const all = new Uint32Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    all.set(p, at);
-    at += p.length;
-  }
-  return all;
-}
-
-function encodeHeader(sha256: string, sizeBytes: number, table?: PieceTable): Buffer {
-  const h = Buffer.alloc(RECORD_ALIGN_BYTES);
-  h.writeUInt32LE(RECORD_MAGIC, 0);
-  h.writeUInt8(RECORD_FORMAT, 4);
-  h.writeUInt8(RECORD_KIND_BLOCK, 5);
-  h.writeBigUInt64LE(BigInt(sizeBytes), 8);
-  h.write(sha256, 16, 32, 'hex');
-  if (table !== undefined) {
-    const n = table.crcs.length;
-    assert(n === Math.ceil(sizeBytes / 2 ** table.shift) && RECORD_HEADER_BYTES + 4 * n <= RECORD_ALIGN_BYTES, 'a piece table covers its payload and fits the header page');
-    h.writeUInt8(table.shift, 6);
-    for (let i = 0; i < n; i++) h.writeUInt32LE(table.crcs[i], RECORD_HEADER_BYTES + 4 * i);
-    const tableBytes = h.subarray(RECORD_HEADER_BYTES, RECORD_HEADER_BYTES + 4 * n);
-    h.writeUInt32LE(nativeBinding()!.crc32cPieces(tableBytes, PIECE_SHIFT_MAX)[0], 48); // one piece: the table's CRC-32C
-  }
-  h.writeUInt32LE(crc32(h.subarray(0, RECORD_HEADER_BYTES - 4)), RECORD_HEADER_BYTES - 4);
-  return h;
-}
-
-/** The header's key and length, or a reason it is not a valid header. */
-function decodeHeader(h: Buffer): { sha256: string; sizeBytes: number } | string {
-  if (h.length < RECORD_HEADER_BYTES) return 'short header';
-  if (h.readUInt32LE(0) !== RECORD_MAGIC) return 'bad magic';
-  if (h.readUInt32LE(RECORD_HEADER_BYTES - 4) !== crc32(h.subarray(0, RECORD_HEADER_BYTES - 4))) return 'bad header checksum';
-  if (h.readUInt8(4) !== RECORD_FORMAT || h.readUInt8(5) !== RECORD_KIND_BLOCK) return 'unknown record format';
-  const size = h.readBigUInt64LE(8);
-  if (size > BigInt(Number.MAX_SAFE_INTEGER)) return 'bad length';
-  return { sha256: h.toString('hex', 16, 48), sizeBytes: Number(size) };
-}
-
-async function readFully(fd: number, buf: Uint8Array, position: number, io: DiskIo = realDiskIo): Promise<number> {
-  let done = 0;
-  while (done < buf.length) {
-    const n = await io.read(fd, buf, done, Math.min(buf.length - done, IO_CHUNK_BYTES), position + done);
-    if (n === 0) break;
-    done += n;
-  }
-  return done;
-}
-
-async function writeFully(fd: number, parts: Uint8Array[], position: number, io: DiskIo): Promise<void> {
-  let pos = position;
-  for (const part of parts) {
-    let done = 0;
-    while (done < part.length) {
-      const n = await io.write(fd, part, done, Math.min(part.length - done, IO_CHUNK_BYTES), pos);
-      done += n;
-      pos += n;
-    }
-  }
-}
-
 
 /** A large record's fill failed midway: its error, told apart from a failed write (appendBytes). */
 class FillFailed extends Error {
@@ -272,34 +155,6 @@ class FillFailed extends Error {
     super('fill failed');
   }
 }
-
-/** tmpfs (statfs f_type): its O_DIRECT (Linux 6.6+) still goes through its page cache, which is its storage. */
-const TMPFS_MAGIC = 0x01021994;
-
-/**
- * Whether O_DIRECT appends suit this machine and directory: pages no larger than a record's alignment
- * (a larger page straddling the end of file could be read into the cache while an append writes it),
- * and not tmpfs (nothing to bypass). The directory may not exist yet: then its parent decides.
- */
-function directWritesFit(dir: string): boolean {
-  const page = pageBytes();
-  if (page === undefined || page > RECORD_ALIGN_BYTES) return false;
-  for (let d = dir; ; d = path.dirname(d)) {
-    try {
-      return fs.statfsSync(d).type !== TMPFS_MAGIC;
-    } catch {
-      if (path.dirname(d) === d) return false;
-    }
-  }
-}
-
-/** A failed read of a segment: EIO to the reader (the record may be fine; a later read may succeed). */
-function readFailed(file: string, e: unknown): CascadeError {
-  return new CascadeError('EIO', `read of ${file} failed: ${(e as Error).message}`, { cause: e });
-}
-
-const SEGMENT_RE = /^seg-(\d{8})\.log$/;
-const segName = (id: number) => `seg-${String(id).padStart(8, '0')}`;
 
 export class DiskSegmentTier implements Tier {
   readonly name = 'disk' as const;
@@ -1082,151 +937,3 @@ export class DiskSegmentTier implements Tier {
   }
 }
 
-/**
- * Read and check one block's record from a segment file that another process appends to (a cluster
- * node's segments on the shared tier). ESTALE when the record is not there (moved by compaction, the
- * file gone): the caller looks the block up again. ECORRUPT when the payload fails its SHA-256.
- */
-export async function readRecordAt(location: RecordLocation, sha256: string): Promise<Buffer> {
-  const { file, offsetBytes, sizeBytes } = location;
-  let fd: number;
-  try {
-    fd = fs.openSync(file, 'r');
-  } catch (e) {
-    throw new CascadeError('ESTALE', `segment ${file} is gone`, { cause: e });
-  }
-  try {
-    const header = Buffer.alloc(RECORD_HEADER_BYTES);
-    if ((await readFully(fd, header, offsetBytes)) !== RECORD_HEADER_BYTES) throw new CascadeError('ESTALE', `no record at ${file}:${offsetBytes}`);
-    const h = decodeHeader(header);
-    if (typeof h === 'string' || h.sha256 !== sha256 || h.sizeBytes !== sizeBytes) {
-      throw new CascadeError('ESTALE', `the record at ${file}:${offsetBytes} is not ${sha256} (${typeof h === 'string' ? h : 'another block'})`);
-    }
-    const data = Buffer.allocUnsafe(sizeBytes);
-    const n = await readFully(fd, data, offsetBytes + RECORD_ALIGN_BYTES);
-    if (n !== sizeBytes) throw new CascadeError('ESTALE', `short record at ${file}:${offsetBytes}`);
-    if ((await sha256Hex(data)) !== sha256) throw new CascadeError('ECORRUPT', `block ${sha256} at ${file}:${offsetBytes} fails its SHA-256`);
-    return data;
-  } finally {
-    fs.closeSync(fd);
-  }
-}
-
-/** fsync a file or a directory (its entries) by path. */
-export function fsyncPath(p: string): void {
-  const fd = fs.openSync(p, 'r');
-  try {
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-}
-
-/** One record (or damaged stretch) of a segment file, as fsck sees it. */
-export interface ScannedRecord {
-  offsetBytes: number;
-  /** Bytes this record or stretch covers in the file. */
-  lengthBytes: number;
-  /** From a valid header (also when only the payload is bad). */
-  sha256?: string;
-  sizeBytes?: number;
-  /** Absent: header and payload check out. */
-  problem?: string;
-  /** The damage runs to the end of the file (a torn tail after a crash: the store truncates it at open). */
-  tail?: boolean;
-}
-
-/**
- * Walk every record of a segment file read-only (fsck; the tier's own recovery truncates and
- * re-indexes, this changes nothing): each record with its payload's SHA-256 checked, and each damaged
- * stretch with its reason. After damage it resynchronises at the next 4 KiB boundary with a valid
- * header. `onBytes` gets the bytes read as it goes.
- */
-export async function scanSegmentFile(file: string, onRecord: (r: ScannedRecord) => void, onBytes?: (n: number) => void): Promise<void> {
-  const fd = fs.openSync(file, 'r');
-  try {
-    const size = fs.fstatSync(fd).size;
-    const header = Buffer.alloc(RECORD_HEADER_BYTES);
-    const chunk = Buffer.allocUnsafe(8 * 1024 * 1024);
-    const headerAt = async (pos: number) => {
-      if ((await readFully(fd, header, pos)) < RECORD_HEADER_BYTES) return 'short header';
-      const h = decodeHeader(header);
-      if (typeof h !== 'string' && pos + recordBytes(h.sizeBytes) > size) return 'record runs past the end of the segment';
-      return h;
-    };
-    let pos = 0;
-    while (pos < size) {
-      const h = await headerAt(pos);
-      if (typeof h !== 'string') {
-        const hash = crypto.createHash('sha256');
-        let problem: string | undefined;
-        for (let done = 0; done < h.sizeBytes; ) {
-          const want = Math.min(chunk.length, h.sizeBytes - done);
-          const n = await readFully(fd, chunk.subarray(0, want), pos + RECORD_ALIGN_BYTES + done);
-          if (n < want) {
-            problem = 'short payload';
-            break;
-          }
-          hash.update(chunk.subarray(0, n));
-          done += n;
-          onBytes?.(n);
-        }
-        if (problem === undefined && hash.digest('hex') !== h.sha256) problem = 'payload SHA-256 mismatch';
-        const lengthBytes = recordBytes(h.sizeBytes);
-        onRecord({ offsetBytes: pos, lengthBytes, sha256: h.sha256, sizeBytes: h.sizeBytes, ...(problem ? { problem } : {}) });
-        onBytes?.(lengthBytes - h.sizeBytes);
-        pos += lengthBytes;
-        continue;
-      }
-      let next = pos + RECORD_ALIGN_BYTES;
-      while (next + RECORD_HEADER_BYTES <= size && typeof (await headerAt(next)) === 'string') next += RECORD_ALIGN_BYTES;
-      const tail = next + RECORD_HEADER_BYTES > size;
-      const end = tail ? size : next;
-      onRecord({ offsetBytes: pos, lengthBytes: end - pos, problem: h, ...(tail ? { tail: true } : {}) });
-      onBytes?.(end - pos);
-      pos = end;
-    }
-  } finally {
-    fs.closeSync(fd);
-  }
-}
-
-/** Segment files of a disk tier directory, oldest first. */
-export function listSegmentFiles(dir: string): string[] {
-  const segDir = path.join(dir, 'segments');
-  let names: string[];
-  try {
-    names = fs.readdirSync(segDir);
-  } catch {
-    return [];
-  }
-  return names.filter((n) => SEGMENT_RE.test(n)).sort().map((n) => path.join(segDir, n));
-}
-
-export interface SegmentIndex {
-  coveredBytes: number;
-  entries: { key: string; offsetBytes: number; sizeBytes: number }[];
-}
-
-/**
- * A segment's index file (`seg-N.idx`): the live records up to `coveredBytes` when it was written, or
- * undefined when missing or damaged. A record before coveredBytes that it does not list is dead
- * (deleted before the index was written), and the tier will not read it.
- */
-export function readSegmentIndex(file: string): SegmentIndex | undefined {
-  let buf: Buffer;
-  try {
-    buf = fs.readFileSync(file);
-  } catch {
-    return undefined;
-  }
-  if (buf.length < 20 || buf.readUInt32LE(0) !== INDEX_MAGIC) return undefined;
-  const count = buf.readUInt32LE(4);
-  const end = 16 + count * INDEX_ENTRY_BYTES;
-  if (buf.length !== end + 4 || buf.readUInt32LE(end) !== crc32(buf.subarray(0, end))) return undefined;
-  const entries = [];
-  for (let o = 16; o < end; o += INDEX_ENTRY_BYTES) {
-    entries.push({ key: buf.toString('hex', o, o + 32), offsetBytes: Number(buf.readBigUInt64LE(o + 32)), sizeBytes: Number(buf.readBigUInt64LE(o + 40)) });
-  }
-  return { coveredBytes: Number(buf.readBigUInt64LE(8)), entries };
-}
