@@ -1,7 +1,7 @@
 /**
  * Model-based random operations on a real mount (issue 14): fast-check generates sequences of system
  * calls, runs each through a real `cascade mount` daemon, and after every step compares what the mount
- * shows with a small in-memory model of the documented semantics (README "Semantics", docs/SEMANTICS.md).
+ * shows with a small in-memory model of the documented semantics (docs/SEMANTICS.md; docs/GUIDE.md, "The semantics in short").
  *
  * Operations (direct system calls: Node's fs with descriptors, python3's os.truncate/os.setxattr/
  * os.getxattr through one helper process): create (O_CREAT|O_TRUNC, O_EXCL), open (read-only,
@@ -48,7 +48,7 @@ const MAX_FDS = 5;
 const { O_CREAT, O_EXCL, O_TRUNC, O_WRONLY, O_RDWR, O_RDONLY, O_APPEND } = fs.constants;
 
 /**
- * Known engine difference, documented (README, docs/SEMANTICS.md "Engine differences"), tolerated here:
+ * Known engine difference, documented (docs/SEMANTICS.md "Engine differences"), tolerated here:
  * on fuse-native a rename over a pinned file that is open fails with EPERM. libfuse first hides an open
  * target under .fuse_hidden*, and that request cannot be told apart from an unlink while open, which
  * pinned content refuses. The model does not track which files are open, so either result is allowed.
