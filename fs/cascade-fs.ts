@@ -25,13 +25,12 @@ import { GiB, INODE_ALLOCATED_LIMIT, NAME_COMPONENT_MAX_BYTES } from '../store/c
 import { allocLarge, COPY_ASYNC_MIN_BYTES, copyBytes } from '../store/copy';
 import { assert, CascadeError, isCascadeError } from '../store/errors';
 import { StreamHasher } from '../store/hash';
-import type { Caller } from './access';
 import type { NameChange, VersionRecord } from '../store/meta';
 import { validateDirName, validateName, validateSha256 } from '../store/names';
 import type { DramHold, Store } from '../store/store';
 import { GpuLeases } from './gpu-leases';
 import { DirTree, split, type DirInfo } from './tree';
-import type { CascadeFsOps, DirEntry, DirWatcher, FileAttr, ListedEntry, FsStatfs, Handle, RemoteWatcher, SealedBlock, StableAttr, WriteStager } from './types';
+import type { Caller, CascadeFsOps, DirEntry, DirWatcher, FileAttr, ListedEntry, FsStatfs, Handle, RemoteWatcher, SealedBlock, StableAttr, WriteStager } from './types';
 
 const S_IFDIR = 0o040000;
 /** The smallest JS staging buffer: a file written in 128 KiB pieces starts without a regrowth. */
