@@ -234,8 +234,8 @@ export class CascadeFs implements CascadeFsOps {
     if (kind === 'dir') throw new CascadeError('EISDIR', `${path} is a directory`);
     // Re-created after an unlink while open (libfuse hid the old file): the old file goes from the store
     // now, as an unlink does on the native engine, so that the new file starts empty, with a new history
-    // and a new inode number (its open handles keep their leases). Its content could otherwise be read
-    // back under the new file until that commits (found by the model test, test/mount/model.test.ts).
+    // and a new inode number (its open handles keep their leases); else its content could be read back
+    // under the new file until that commits.
     const pendingDelete = this.hidden.pendingDelete;
     if (kind === undefined && pendingDelete.has(rel)) await this.hidden.dropFile(rel);
     // An existing file keeps its inode number (O_CREAT|O_TRUNC rewrites it); a new one gets a fresh one.

@@ -78,10 +78,10 @@ export class Hidden {
 
   /**
    * A directory holding a hidden name is not empty (ENOTEMPTY, as on any libfuse filesystem): libfuse
-   * builds the hidden file's path to serve its descriptor and to unlink it at the last release. Before,
-   * rmdir succeeded and the open descriptor then read ENOENT (found by the model test). No waiting for a
-   * release just sent: libfuse holds the directory's path lock for the rmdir, so the release's unlink
-   * waits behind it (a 500 ms wait here only delayed the ENOTEMPTY; CI found it).
+   * builds the hidden file's path to serve its descriptor and to unlink it at the last release, so an
+   * rmdir that went ahead would leave that descriptor reading ENOENT. No waiting for a release just
+   * sent: libfuse holds the directory's path lock for the rmdir, so the release's unlink waits behind
+   * it, and a wait here would only delay the ENOTEMPTY.
    */
   checkNone(dir: string): void {
     for (const h of this.entries.keys()) {
@@ -117,7 +117,7 @@ export class Hidden {
   /**
    * The store's copy of a file libfuse hid after an unlink while open, removed before its hidden name's
    * last release because the name is being created again. Content pinned meanwhile (through another name
-   * with the same content) keeps it, as before: the new file then continues its history.
+   * with the same content) stays in the store: the new file then continues its history.
    */
   async dropFile(rel: string): Promise<void> {
     try {

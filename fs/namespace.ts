@@ -80,7 +80,7 @@ export async function loadTree(store: Store): Promise<{ tree: DirTree; modes: Ma
     let next = missing > 0 ? await store.allocateInodes(missing) : 0;
     for (const [dir, mode] of page) {
       dirModes.set(dir, mode);
-      // A file of the same name (written by an older build, or by another node meanwhile) wins.
+      // A file of the same name wins (another node may have written one there meanwhile).
       if (tree.kindOf(dir) !== undefined) continue;
       tree.addDirsWithParents(dir, () => next++);
     }

@@ -117,7 +117,7 @@ export class TreeOps {
     for (const f of files) {
       const to = dst + f.slice(src.length);
       // A file libfuse hid there (unlinked while open) goes now: its hidden name's last release would
-      // otherwise delete the file moved in (found while modelling hidden files for test/mount/model.test.ts).
+      // otherwise delete the file moved in.
       if (this.hidden.pendingDelete.has(to)) await this.hidden.dropFile(to);
       await this.store.rename(f, to);
       // The store moved the kept mode; the copy in memory follows (else the file would show 0644).

@@ -40,7 +40,7 @@ export class Virtual {
   private pinsGeneration = 0;
   // How long requests wait for the JS thread: every FUSE op is served on it. Shown in stats.json.
   // Sampled every LOOP_DELAY_SAMPLE_MS (each sample is a timer that wakes the JS thread: at 1 ms an idle
-  // daemon woke 1,000 times a second, a CPU's share on a small node); a sample is the whole interval.
+  // daemon would wake 1,000 times a second, a CPU's share on a small node); a sample is the whole interval.
   private readonly loopDelay = monitorEventLoopDelay({ resolution: LOOP_DELAY_SAMPLE_MS });
 
   constructor(
@@ -154,10 +154,10 @@ export class Virtual {
 
   /**
    * pins.json: the pin figures and the files whose content is pinned. Rendered in the daemon from the
-   * store's pins, not by a client walking MOUNT/kv with one getxattr per file: measured here, that walk
-   * takes ~150 us a file (15 s for 100k), this ~8 us a name, and nothing at all with no pins. Kept
-   * like stats.json's snapshot, so the getattr and the open of one read see the same bytes; one
-   * rendering at a time (a 100k-name rendering takes most of a second).
+   * store's pins, not by a client walking MOUNT/kv with one getxattr per file: that walk takes ~150 us
+   * a file (15 s for 100k), this ~8 us a name, and nothing at all with no pins. Kept like stats.json's
+   * snapshot, so the getattr and the open of one read see the same bytes; one rendering at a time (a
+   * 100k-name rendering takes most of a second).
    */
   private async pins(): Promise<Buffer> {
     const generation = this.pinsGeneration;
