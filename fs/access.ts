@@ -3,14 +3,9 @@
  * default_permissions check: the same-node client's opens, and link by hash. The rules are the
  * kernel's for a file: root passes, else the owner, group or other bits apply, in that order.
  */
-import type { FileAttr } from './types';
+import type { Caller, FileAttr } from './types';
 
-/** Who asked: the kernel's record of the calling process (FUSE request header, SO_PEERCRED). */
-export interface Caller {
-  uid: number;
-  gid: number;
-  pid: number;
-}
+export type { Caller } from './types';
 
 const R_BITS = { owner: 0o400, group: 0o040, other: 0o004 } as const;
 

@@ -1,8 +1,8 @@
 /**
  * The directory tree under /kv, in memory. Store names are flat (`model/a/b/file`); directories are the
- * prefixes of names plus those made with mkdir. It is rebuilt from the store's names at mount, so a
- * directory made by mkdir and left empty does not outlive the daemon (names always do), and neither
- * do a directory's inode number and times (they start at the mount).
+ * prefixes of names plus those made with mkdir. It is rebuilt at mount from the store's names and the
+ * directories mkdir kept in the metadata, so a directory's inode number and times do not outlive the
+ * daemon (they start at the mount).
  * Paths here are store-relative: '' is /kv, 'llama' is /kv/llama, 'llama/a/f' is /kv/llama/a/f.
  *
  * A directory's mtime and ctime move when an entry is added to it or removed from it (create, mkdir,

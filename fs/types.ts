@@ -4,7 +4,13 @@
  * Paths are absolute within the mount ('/', '/kv/<model>/...', '/.cascade/...').
  */
 import type { DramHold } from '../store/store';
-import type { Caller } from './access';
+
+/** Who asked: the kernel's record of the calling process (FUSE request header, SO_PEERCRED). */
+export interface Caller {
+  uid: number;
+  gid: number;
+  pid: number;
+}
 
 export interface FileAttr {
   /** S_IFREG | perms or S_IFDIR | perms. */

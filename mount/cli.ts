@@ -745,7 +745,7 @@ async function statsInMount(a: DualArgs & { target?: string }): Promise<void> {
   print(a, { mount: root, ...stats }, () => formatMountStats(root, stats));
 }
 
-/** Pinned files a mount lists (fs/cascade-fs.ts PINS_LISTED_MAX), and `pins --data`, which has them at hand. */
+/** Pinned files a mount lists (fs/virtual.ts PINS_LISTED_MAX), and `pins --data`, which has them at hand. */
 const PINS_MOUNT_LISTED_MAX = 65_536;
 const PINS_DIRECT_LISTED_MAX = 1_000_000;
 

@@ -22,7 +22,7 @@ export const MOUNT_FS_TYPE = 'fuse.cascade';
 export const XATTR_PINNED = 'user.cascade.pinned';
 export const XATTR_SHA256 = 'user.cascade.sha256';
 export const XATTR_TIER = 'user.cascade.tier';
-/** Write-only: 1 drops the file's content from DRAM (fs/cascade-fs.ts). */
+/** Write-only: 1 drops the file's content from DRAM (fs/xattrs.ts). */
 export const XATTR_EVICT = 'user.cascade.evict';
 const STATS_REL = path.join('.cascade', 'stats.json');
 const PINS_REL = path.join('.cascade', 'pins.json');

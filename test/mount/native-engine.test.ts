@@ -193,7 +193,7 @@ describe('native engine: passthrough backing cache', () => {
 
 // ---- real mounts ----
 
-/** stats.json, fresh: the daemon keeps one snapshot for 100 ms (fs/cascade-fs.ts STATS_SNAPSHOT_MS). */
+/** stats.json, fresh: the daemon keeps one snapshot for 100 ms (fs/virtual.ts STATS_SNAPSHOT_MS). */
 function stats(mnt: string): { engine: Record<string, unknown>; tiers: Array<Record<string, number> & { name: string }> } {
   spawnSync('sleep', ['0.15']);
   return JSON.parse(fs.readFileSync(path.join(mnt, '.cascade', 'stats.json'), 'utf8')) as {
