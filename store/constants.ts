@@ -52,7 +52,7 @@ export const COMPACT_DEAD_FRACTION_DEFAULT = 0.5;
 /** Mover queue: pending promotion jobs and the bytes they hold. Promotions past this are skipped. */
 export const MOVER_QUEUE_MAX_JOBS = 64;
 export const MOVER_QUEUE_MAX_BYTES = 512 * MiB;
-/** Disk reads that cause a promotion to DRAM. 1 is the default chosen by the store suite's promotion trials (npm run bench:store; see README). */
+/** Disk reads that cause a promotion to DRAM. 1 is the default chosen by the store suite's promotion trials (npm run bench:store; bench/README.md). */
 export const PROMOTE_AFTER_READS_DEFAULT = 1;
 /** Whole-block reads of a block (from any tier) before it is copied into the GPU tier. */
 export const GPU_PROMOTE_AFTER_READS_DEFAULT = 2;

@@ -77,7 +77,7 @@ export class DramCache {
         if (offsetBytes === 0) {
           this.core.gpuEviction?.accessed(sha);
           // Serving a whole block request by request over PCIe is 4x slower than copying it to DRAM
-          // once and reading there (bench/results/gpu-2026-11-26-*): promote it like a disk read.
+          // once and reading there (the GPU suite, bench/results/README.md): promote it like a disk read.
           if (this.core.promotion.onSlowRead(sha)) this.gpuCache!.offerPromotion(sha, sizeBytes);
         }
         return n;
