@@ -57,8 +57,8 @@ export const commandExit = { code: 0 };
 
 /*
  * Options are declared per command (each builder adds its own), so `cascade X --help` lists X's options
- * only, each with its real default: a global option shows up in every command's help, where most
- * commands ignore it (unmount listed mount's --dram).
+ * only, each with its real default: a global option would show up in every command's help, where most
+ * commands ignore it.
  */
 
 /** --json, for the commands that print something a script may parse. */
