@@ -259,7 +259,7 @@ export const PEER_SIZING = {
     capacityMemoryBytes: [256 * MiB, 512 * MiB, 1024 * MiB],
     metaBlocks: 2000,
     openCloseIterations: 10_000,
-    createFiles: 20_000, // issue 12's create and scandir rows
+    createFiles: 20_000, // the create and scandir rows
     renameRaceRuns: 5,
     renameRaceOpens: 20_000, // 100,000 counted opens
   },

@@ -1,5 +1,5 @@
 /**
- * The cluster suite's workloads (issue 11): four `cascade mount --cluster` daemons on this machine, one
+ * The cluster suite's workloads: four `cascade mount --cluster` daemons on this machine, one
  * redis-server, one shared directory, all under the trial's scratch directory. Nodes a, b and c run the
  * remote DRAM tier (libfabric tcp;ofi_rxm on loopback; b never keeps a copy of what it reads remotely,
  * so every read is remote); node d runs with `--fabric off` (it reads other nodes' blocks from the

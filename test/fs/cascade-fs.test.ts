@@ -560,8 +560,8 @@ describe('CascadeFs (no kernel)', function () {
   });
 
   it('regression (model test, fuse-native): a directory holding a hidden name is not empty until its release', async () => {
-    // Before, rmdir succeeded and libfuse could no longer build the hidden file's path: a read of the
-    // open descriptor gave ENOENT.
+    // Were rmdir to succeed, libfuse could not build the hidden file's path: a read of the open
+    // descriptor would give ENOENT.
     await fs.mkdir('/kv/m', 0o755);
     await fs.mkdir('/kv/n', 0o755);
     await writeFile(fs, '/kv/m/g', Buffer.from('bye'));

@@ -82,8 +82,8 @@ export class Daemon {
       code = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
       const how = proc.signalCode !== null ? `killed by ${proc.signalCode}` : proc.exitCode !== null ? `exit ${proc.exitCode}` : 'still running after 20 s';
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
-      // SIGTERM is the clean stop: the daemon unmounts, persists and exits 0 (a regression here once
-      // came from a library that took over SIGTERM).
+      // SIGTERM is the clean stop: the daemon unmounts, persists and exits 0 (a library that takes over
+      // SIGTERM would break it).
       if (signal === 'SIGTERM' && (code !== 0 || isMounted(this.mnt))) {
         unclean = `daemon did not stop cleanly on SIGTERM (${how}, ${isMounted(this.mnt) ? 'still mounted' : 'unmounted'}): ${this.stderr.slice(-600)}`;
       }

@@ -1,5 +1,5 @@
 /**
- * Model-based random operations on a real mount (issue 14): fast-check generates sequences of system
+ * Model-based random operations on a real mount: fast-check generates sequences of system
  * calls, runs each through a real `cascade mount` daemon, and after every step compares what the mount
  * shows with a small in-memory model of the documented semantics (docs/SEMANTICS.md; docs/GUIDE.md, "The semantics in short").
  *

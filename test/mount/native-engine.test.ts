@@ -1,5 +1,5 @@
 /**
- * The native FUSE engine (issue 6). First without a kernel: the protocol codec, the node table and
+ * The native FUSE engine. First without a kernel: the protocol codec, the node table and
  * the passthrough backing cache. Then real mounts (root): reads served in C++ from the arena,
  * passthrough, and engine selection. The whole mount suite also runs on both engines (npm test).
  */

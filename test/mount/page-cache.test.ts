@@ -1,5 +1,5 @@
 /**
- * The native engine's page-cache reads (issue 12: hot reads at memory speed without passthrough).
+ * The native engine's page-cache reads (hot reads at memory speed without passthrough).
  * Read-only opens of committed blocks held in DRAM read through the kernel's page cache, one content
  * per inode at a time; a reader must still read exactly the version it opened, whatever writers do
  * to the name meanwhile (in-place O_TRUNC rewrites, path truncates, stats that show a writer's size).
@@ -183,7 +183,7 @@ describe('native engine: reads through the page cache (real mounts)', function (
       );
       const s = engineStats(mnt);
       // The new file's first reads: every later open follows an in-place rewrite within a second, which
-      // reads direct (WRITTEN_DIRECT_MS in mount/engine/native.ts); the isolation cases above hold either way.
+      // reads direct (WRITTEN_DIRECT_MS in mount/engine/page-cache-guard.ts); the isolation cases above hold either way.
       if (pageCache) assert.ok(s.pageCacheOpens >= 1, `read-only opens went through the page cache: ${s.pageCacheOpens}`);
       else assert.equal(s.pageCacheOpens, 0);
       assert.ok(s.readOpenConflicts >= 2, `readers of another version got inodes of their own: ${s.readOpenConflicts}`);

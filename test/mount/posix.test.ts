@@ -20,7 +20,7 @@ const ENGINES = ['native', 'fuse-native'] as const;
 /** Sequences of the write-session model per engine in CI (each well under a second); more with CASCADE_MODEL_SEQUENCES. */
 const MODEL_SEQUENCES = Number(process.env.CASCADE_MODEL_SEQUENCES ?? 60);
 
-/** The bugs issue 17 reported, by the row that reproduces each. */
+/** Rows that guard against a known wrong answer, and that answer (shown in the row's test name). */
 const REGRESSIONS: Record<string, string> = {
   'ftruncate.grow-before-write': 'regression: ftruncate returned EIO on the native engine',
   'ftruncate.shrink-grow': 'regression: ftruncate returned EIO on the native engine',

@@ -1,6 +1,6 @@
 /**
- * Stopping a mount while requests keep arriving (issue 14: a daemon once stayed alive after SIGTERM,
- * its workers blocked reading /dev/fuse and a `stat` of the mount blocked in the kernel). Many cycles of:
+ * Stopping a mount while requests keep arriving: the daemon must not stay alive after SIGTERM with its
+ * workers blocked reading /dev/fuse, nor a `stat` of the mount block in the kernel. Many cycles of:
  * start the native engine, run a reader hammering the mount (stat, listdir, open and read), stop it
  * after a random delay by SIGTERM, SIGINT, `cascade unmount` or an external `fusermount -uz`; the daemon
  * must be gone and unmounted within a bound, and the reader must not hang.

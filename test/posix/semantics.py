@@ -144,7 +144,7 @@ def _(c, want):
 
 @row("open.trunc-rewrite", "ok")
 def _(c, want):
-    """Bug 2 of issue 17: after O_TRUNC the size is the new session's at once, for fstat, stat, SEEK_END."""
+    """After O_TRUNC the size is the new session's at once, for fstat, stat, SEEK_END."""
     p = c.dir("open.trunc-rewrite") + "/f"
     write_file(p, pattern(1_000_000))
     fd = expect(want, os.open, p, os.O_WRONLY | os.O_TRUNC)
@@ -247,7 +247,7 @@ def _(c, want):
 
 @row("ftruncate.grow-before-write", "ok")
 def _(c, want):
-    """Bug 1 of issue 17: preallocate with ftruncate, then ranks pwrite their own ranges."""
+    """Preallocate with ftruncate, then ranks pwrite their own ranges."""
     p = c.dir("ftruncate.grow-before-write") + "/f"
     fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
     expect(want, os.ftruncate, fd, 200_000)
@@ -354,7 +354,7 @@ def _(c, want):
 
 @row("rename.keeps-inode", "ok")
 def _(c, want):
-    """Bug 3 of issue 17: the inode number stays with the file, also for a descriptor opened before."""
+    """The inode number stays with the file, also for a descriptor opened before."""
     d = c.dir("rename.keeps-inode")
     write_file(d + "/a", b"x" * 1000)
     ino = os.stat(d + "/a").st_ino

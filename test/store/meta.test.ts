@@ -138,8 +138,8 @@ describe('SqliteMeta', function () {
   });
 
   it('group commit with a journal: the group a SIGKILL kept from committing is applied again from the journal at the next open', async function () {
-    // Before, it was lost with the process; a block flushed to disk under two names could then stay for
-    // one name and go for the other (the model test found it).
+    // Lost with the process, a block flushed to disk under two names could stay for one name and go
+    // for the other.
     const journalDir = path.join(dir, 'journal');
     await killedAfter(
       `await meta.commit('m/synced', '${sha('synced')}', 111, 1000, 8);

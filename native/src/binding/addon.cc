@@ -119,7 +119,7 @@ Napi::Value PeerCredentials(const Napi::CallbackInfo& info) {
 // detachMount(path): umount2(MNT_DETACH), as `fusermount -uz` does for root, without a child process.
 // fuse-native's libfuse workers leave signals unblocked and are cancelled as the mount goes: a SIGCHLD
 // from fusermount landing on one of them then can hang in libuv's handler, and the daemon never sees
-// fusermount exit (found by test/mount/model.test.ts; gdb showed the worker in uv__signal_lock).
+// fusermount exit (the worker waits in uv__signal_lock).
 Napi::Value DetachMount(const Napi::CallbackInfo& info) {
   std::string path;
   if (!ArgString(info, 0, "path", &path)) return info.Env().Undefined();

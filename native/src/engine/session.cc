@@ -717,9 +717,9 @@ bool Session::ServeGetattr(const uint8_t* message, size_t lengthBytes) {
     // its version (with reads tracked, the default, every open of a node reads its one content;
     // untracked modes give up that isolation by choice); nlink 0, as on a local filesystem. It answers
     // before JS's opens do: the kernel applies the size to the inode, and JS may hold only a reader of
-    // another content there (a conflicting open's retry, direct), whose smaller size cut a native
-    // page-cache reader's read at it (load test, without the rewrite hold). Without a native open,
-    // JS's opens answer it: each of its handles knows its version.
+    // another content there (a conflicting open's retry, direct), whose smaller size would cut a native
+    // page-cache reader's read at it. Without a native open, JS's opens answer it: each of its handles
+    // knows its version.
     if (!options_.meta->IsDetached(hdr->nodeid)) return false;
     std::lock_guard<std::mutex> lock(nativeMutex_);
     auto it = std::find_if(nativeOpens_.begin(), nativeOpens_.end(), [&](const auto& o) { return o.second.nodeid == hdr->nodeid; });
@@ -842,8 +842,8 @@ uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKe
     return options_.openFlags;
   }
   // Only once the pages of another content are known gone: two opens answered back to back, the first
-  // dropping the pages and the second keeping them, let the second read the old content's pages before
-  // the first's open() dropped them (a reader of 1.5 MiB read 1 MiB of another version, load test).
+  // dropping the pages and the second keeping them, would let the second read the old content's pages
+  // before the first's open() drops them.
   const bool switching = node.pagesKey != contentKey;
   const bool keep = !switching && node.pagesDropped;
   if (!keep) node.pagesDropped = false;  // until one of these opens reads (PagesRead)
@@ -853,13 +853,12 @@ uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKe
   // The kernel may hold a smaller size for the inode, still valid: one told before this open counted
   // (AttrValidMsFor keeps the smallest), or one the kernel set itself, which no reply told: a short
   // read of the other content last read through these pages shrinks it, as do a writer's O_TRUNC and
-  // writes (WriterReleased forgets the pages' content). Cached reads stop at it without asking (a
-  // reader of 1.5 MiB read 256 KiB under a load test), so make it stale before the open returns; a
-  // reply about the node already on its way is dropped too (the notice raises the inode's attribute
-  // version). Not again for opens of the same content that only wait for a read (!keep, !switching):
+  // writes (WriterReleased forgets the pages' content). Cached reads stop at it without asking, so
+  // make it stale before the open returns; a reply about the node already on its way is dropped too
+  // (the notice raises the inode's attribute version). Not again for opens of the same content that only wait for a read (!keep, !switching):
   // the first one's notice made the size stale, and since then only replies (the told size) can shrink
-  // it; a notice at each such open made each next open ask GETATTR (open+close of files nobody reads:
-  // three requests each, 34,834/s -> 19,260/s in the benchmark).
+  // it; a notice at each such open would make each next open ask GETATTR (open+close of files nobody
+  // reads: three requests each, at about half the rate).
   if (switching || (node.toldUntilNs > SteadyNs() && node.toldMinSizeBytes < sizeBytes)) {
     pageCacheAttrNotices_.fetch_add(1, std::memory_order_relaxed);
     NotifyAttrsStale(nodeid);

@@ -1,4 +1,4 @@
-// Files being written, staged natively (issue 12): a FUSE WRITE lands straight in the DRAM arena (one
+// Files being written, staged natively: a FUSE WRITE lands straight in the DRAM arena (one
 // copy, from the request buffer into the block's own pages) and is hashed (SHA-256) on hasher threads
 // as it arrives in order, so JavaScript sees no write at all; the commit at close is one small call
 // (Seal) that hands the finished, hashed arena block to the store, which names it: no second copy.
