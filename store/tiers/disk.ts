@@ -17,10 +17,8 @@
  * never synced again: the keys whose durability it could not confirm are dropped from the index and
  * reported, so the caller can write them elsewhere.
  */
-import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { crc32 } from 'node:zlib';
 import {
   COMPACT_DEAD_FRACTION_DEFAULT,
   RECORD_ALIGN_BYTES,
@@ -33,8 +31,6 @@ import { allocAligned } from '../copy';
 import { sha256Hex } from '../hash';
 import { mkdirAll } from '../mkdir';
 import {
-  INDEX_ENTRY_BYTES,
-  INDEX_MAGIC,
   PIECE_SHIFT_MAX,
   SEGMENT_RE,
   alignUp,
@@ -44,7 +40,9 @@ import {
   pieceCrcs,
   pieceShiftFor,
   pieceTableOf,
+  checkRecordAt,
   readSegmentIndex,
+  writeSegmentIndex,
   recordBytes,
   segName,
   type RecordLocation,
@@ -705,30 +703,8 @@ export class DiskSegmentTier implements Tier {
   }
 
   private writeIndex(seg: Segment): void {
-    const entries = [...this.index].filter(([, loc]) => loc.segment === seg);
-    const buf = Buffer.alloc(16 + entries.length * INDEX_ENTRY_BYTES + 4);
-    buf.writeUInt32LE(INDEX_MAGIC, 0);
-    buf.writeUInt32LE(entries.length, 4);
-    buf.writeBigUInt64LE(BigInt(seg.endBytes), 8);
-    let o = 16;
-    for (const [key, loc] of entries) {
-      buf.write(key, o, 32, 'hex');
-      buf.writeBigUInt64LE(BigInt(loc.offsetBytes), o + 32);
-      buf.writeBigUInt64LE(BigInt(loc.sizeBytes), o + 40);
-      o += INDEX_ENTRY_BYTES;
-    }
-    buf.writeUInt32LE(crc32(buf.subarray(0, o)), o);
-    const file = path.join(this.segDir, `${segName(seg.id)}.idx`);
-    const tmp = `${file}.tmp`;
-    const fd = fs.openSync(tmp, 'w', 0o600);
-    try {
-      fs.writeSync(fd, buf);
-      fs.fdatasyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
-    fs.renameSync(tmp, file);
-    fsyncPath(this.segDir);
+    const entries = [...this.index].filter(([, loc]) => loc.segment === seg).map(([key, loc]) => ({ key, offsetBytes: loc.offsetBytes, sizeBytes: loc.sizeBytes }));
+    writeSegmentIndex(path.join(this.segDir, `${segName(seg.id)}.idx`), { coveredBytes: seg.endBytes, entries });
   }
 
   /** Entries of a valid index file and the segment length it covers, or undefined. */
@@ -802,7 +778,7 @@ export class DiskSegmentTier implements Tier {
     let pos = fromBytes;
     const header = Buffer.alloc(RECORD_HEADER_BYTES);
     while (pos < seg.endBytes) {
-      const bad = await this.checkRecordAt(seg, pos, header);
+      const bad = await checkRecordAt(seg.fd, pos, seg.endBytes, header);
       if (typeof bad !== 'string') {
         this.adopt(bad.sha256, seg, pos, bad.sizeBytes);
         this.recovery.scannedRecords++;
@@ -823,26 +799,9 @@ export class DiskSegmentTier implements Tier {
     return true;
   }
 
-  private async checkRecordAt(seg: Segment, pos: number, header: Buffer): Promise<{ sha256: string; sizeBytes: number } | string> {
-    if ((await readFully(seg.fd, header, pos)) < RECORD_HEADER_BYTES) return 'short header';
-    const h = decodeHeader(header);
-    if (typeof h === 'string') return h;
-    if (pos + recordBytes(h.sizeBytes) > seg.endBytes) return 'record runs past the end of the segment';
-    const hash = crypto.createHash('sha256');
-    const chunk = Buffer.allocUnsafe(Math.min(h.sizeBytes, 8 * 1024 * 1024));
-    for (let done = 0; done < h.sizeBytes; ) {
-      const want = Math.min(chunk.length, h.sizeBytes - done);
-      const n = await readFully(seg.fd, chunk.subarray(0, want), pos + RECORD_ALIGN_BYTES + done);
-      if (n < want) return 'short payload';
-      hash.update(chunk.subarray(0, n));
-      done += n;
-    }
-    return hash.digest('hex') === h.sha256 ? h : 'payload SHA-256 mismatch';
-  }
-
   private async nextValidRecord(seg: Segment, fromBytes: number, header: Buffer): Promise<number | undefined> {
     for (let pos = fromBytes; pos + RECORD_HEADER_BYTES <= seg.endBytes; pos += RECORD_ALIGN_BYTES) {
-      if (typeof (await this.checkRecordAt(seg, pos, header)) !== 'string') return pos;
+      if (typeof (await checkRecordAt(seg.fd, pos, seg.endBytes, header)) !== 'string') return pos;
     }
     return undefined;
   }

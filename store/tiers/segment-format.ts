@@ -14,7 +14,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES } from '../constants';
-import { readFully } from './disk-io';
+import { fsyncPath, readFully } from './disk-io';
 import { assert, CascadeError } from '../errors';
 import { sha256Hex } from '../hash';
 import { nativeBinding } from '../../native';
@@ -248,4 +248,51 @@ export function readSegmentIndex(file: string): SegmentIndex | undefined {
     entries.push({ key: buf.toString('hex', o, o + 32), offsetBytes: Number(buf.readBigUInt64LE(o + 32)), sizeBytes: Number(buf.readBigUInt64LE(o + 40)) });
   }
   return { coveredBytes: Number(buf.readBigUInt64LE(8)), entries };
+}
+
+/** Write a segment's index file atomically (a temporary file, fdatasynced, renamed, the directory synced). */
+export function writeSegmentIndex(file: string, index: SegmentIndex): void {
+  const buf = Buffer.alloc(16 + index.entries.length * INDEX_ENTRY_BYTES + 4);
+  buf.writeUInt32LE(INDEX_MAGIC, 0);
+  buf.writeUInt32LE(index.entries.length, 4);
+  buf.writeBigUInt64LE(BigInt(index.coveredBytes), 8);
+  let o = 16;
+  for (const e of index.entries) {
+    buf.write(e.key, o, 32, 'hex');
+    buf.writeBigUInt64LE(BigInt(e.offsetBytes), o + 32);
+    buf.writeBigUInt64LE(BigInt(e.sizeBytes), o + 40);
+    o += INDEX_ENTRY_BYTES;
+  }
+  buf.writeUInt32LE(crc32(buf.subarray(0, o)), o);
+  const tmp = `${file}.tmp`;
+  const fd = fs.openSync(tmp, 'w', 0o600);
+  try {
+    fs.writeSync(fd, buf);
+    fs.fdatasyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  fs.renameSync(tmp, file);
+  fsyncPath(path.dirname(file));
+}
+
+/**
+ * The record at `pos` of a segment `endBytes` long, header and payload checked (its SHA-256), or the
+ * reason it is not a valid record. `header` is a scratch buffer of RECORD_HEADER_BYTES.
+ */
+export async function checkRecordAt(fd: number, pos: number, endBytes: number, header: Buffer): Promise<{ sha256: string; sizeBytes: number } | string> {
+  if ((await readFully(fd, header, pos)) < RECORD_HEADER_BYTES) return 'short header';
+  const h = decodeHeader(header);
+  if (typeof h === 'string') return h;
+  if (pos + recordBytes(h.sizeBytes) > endBytes) return 'record runs past the end of the segment';
+  const hash = crypto.createHash('sha256');
+  const chunk = Buffer.allocUnsafe(Math.min(h.sizeBytes, 8 * 1024 * 1024));
+  for (let done = 0; done < h.sizeBytes; ) {
+    const want = Math.min(chunk.length, h.sizeBytes - done);
+    const n = await readFully(fd, chunk.subarray(0, want), pos + RECORD_ALIGN_BYTES + done);
+    if (n < want) return 'short payload';
+    hash.update(chunk.subarray(0, n));
+    done += n;
+  }
+  return hash.digest('hex') === h.sha256 ? h : 'payload SHA-256 mismatch';
 }
