@@ -64,6 +64,14 @@ export class ClusterNode {
   /** Who hears of other nodes' changes to names (watchNames), and how this node stops hearing them. */
   private readonly changeListeners = new Set<ChangeListener>();
   private stopWatching: (() => Promise<void>) | undefined;
+  /**
+   * Current versions read from Redis while the change feed runs, with no change to any name heard
+   * between the request and its reply (`changeSeq`): an open right after a lookup takes the version
+   * from here instead of asking again. Every change heard drops its names; a reset drops all.
+   */
+  private readonly fresh = new LRUCache<string, VersionRecord>({ max: LAST_KNOWN_NAMES });
+  /** Changes (and resets) heard so far. */
+  private changeSeq = 0;
   /** Content pinned here as the second DRAM copy of another node's pin. */
   private readonly replicas = new Set<string>();
   private parts!: ClusterNodeParts;
@@ -107,11 +115,19 @@ export class ClusterNode {
   /** A name changed here (removed, renamed away): forget what was known of it. */
   forgetName(name: string): void {
     this.lastKnown.delete(name);
+    this.fresh.delete(name);
   }
 
   /** A name's current version, as this node just made it. */
   knowName(name: string, v: VersionRecord): void {
     this.lastKnown.set(name, v);
+    this.fresh.delete(name); // another node's change may be on its way: the next open asks Redis
+  }
+
+  /** Remember what Redis said of a name, when nothing changed while it was asked (see `fresh`). */
+  private heard(name: string, v: VersionRecord | undefined, seqAsked: number): void {
+    if (v && this.stopWatching !== undefined && this.changeSeq === seqAsked) this.fresh.set(name, v);
+    else this.fresh.delete(name);
   }
 
   /**
@@ -120,6 +136,9 @@ export class ClusterNode {
    * node never saw, or whose content it lacks, fails with EIO.
    */
   async current(name: string): Promise<VersionRecord | undefined> {
+    const known = this.stopWatching !== undefined ? this.fresh.get(name) : undefined;
+    if (known !== undefined) return known;
+    const seq = this.changeSeq;
     try {
       let v: VersionRecord | undefined;
       const remote = this.copies.remote;
@@ -134,6 +153,7 @@ export class ClusterNode {
       }
       if (v) this.lastKnown.set(name, v);
       else this.lastKnown.delete(name);
+      this.heard(name, v, seq);
       return v;
     } catch (e) {
       return this.offlineVersion(name, e);
@@ -142,6 +162,7 @@ export class ClusterNode {
 
   /** Store.lookup in a cluster: one round trip; while Redis is away, as current(). */
   async lookup(name: string): Promise<{ version?: VersionRecord; dir: boolean; dirMode?: number }> {
+    const seq = this.changeSeq;
     try {
       const r = await this.c.directory.lookupName(name);
       const remote = this.copies.remote;
@@ -151,6 +172,7 @@ export class ClusterNode {
       } else {
         this.lastKnown.delete(name);
       }
+      this.heard(name, r.version, seq);
       return { version: r.version, dir: r.dir, dirMode: r.dirMode };
     } catch (e) {
       return { version: this.offlineVersion(name, e), dir: false };
@@ -232,14 +254,21 @@ export class ClusterNode {
   }
 
   private changedElsewhere(c: NameChange): void {
+    this.changeSeq++;
     this.lastKnown.delete(c.name);
-    if (c.kind === 'renamed') this.lastKnown.delete(c.to);
+    this.fresh.delete(c.name);
+    if (c.kind === 'renamed') {
+      this.lastKnown.delete(c.to);
+      this.fresh.delete(c.to);
+    }
     this.tellListeners((l) => l.change(c));
   }
 
   private changesMissed(): void {
     this.core.warn('the watch of other nodes\' changes reconnected: cached names are dropped');
+    this.changeSeq++;
     this.lastKnown.clear();
+    this.fresh.clear();
     this.tellListeners((l) => l.reset());
   }
 

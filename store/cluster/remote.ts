@@ -141,7 +141,10 @@ export class RemoteDram {
     }
     if (holders.length === 0) return false;
     const now = Date.now();
-    if (holders.some((n) => !this.peers.has(n)) || now - this.peersAtMs > PEERS_STALE_MS) await this.refreshPeers();
+    // A holder this node has not heard of: look the peers up first. Known holders only: read on, and
+    // refresh a stale list beside the fetch (a peer that moved fails fast and is skipped).
+    if (holders.some((n) => !this.peers.has(n))) await this.refreshPeers();
+    else if (now - this.peersAtMs > PEERS_STALE_MS) void this.refreshPeers();
     // Spread readers over the holders.
     const usable = (n: string) => {
       const p = this.peers.get(n);
