@@ -13,6 +13,9 @@
 #include <rdma/fi_rma.h>
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <string.h>
 
 #include <algorithm>
@@ -747,7 +750,14 @@ void Fabric::Impl::QueueHashes(FetchState& f) {
   if (queued) hashCv.notify_one();
 }
 
+// The hasher thread's nice value (its own, Linux per-thread): see HashLoop.
+static constexpr int kHasherNice = 10;
+
 void Fabric::Impl::HashLoop() {
+  // Below the threads that move and serve bytes: readers get each piece once its CRC-32C passes, and
+  // the SHA-256 gates only what is kept, so where cores are few it takes what they leave (a nice of
+  // 10 still gets about a tenth of a busy core, well within a fetch's deadline).
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kHasherNice);
   for (;;) {
     HashJob job;
     {
