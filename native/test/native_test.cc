@@ -24,7 +24,9 @@
 #include "../src/core/io.h"
 #include "../src/core/record.h"
 #include "../src/core/sha256.h"
+#include "../src/engine/fuse_kernel.h"
 #include "../src/engine/meta.h"
+#include "../src/engine/page_cache.h"
 #include "../src/engine/stage.h"
 
 using namespace cascade;
@@ -991,6 +993,163 @@ void TestGpu() {
   fprintf(stderr, "  gpu: %s %s, round trips byte-exact\n", pool->device().name.c_str(), pool->device().uuid.c_str());
 }
 
+// The page-cache rules (engine/page_cache.h) against the table in docs/ARCHITECTURE.md, written
+// here a second time as a model: random sequences of read opens, reads, releases, writers, hold-offs,
+// attribute replies and forgets over a few nodes and contents; every answer must be the model's,
+// and the invariants the rules exist for must hold at every step.
+void TestPageCacheRules() {
+  struct ModelNode {
+    uint64_t content = 0, size = 0, readers = 0, opens = 0, pagesKey = 0, writers = 0;
+    bool pagesDropped = false;
+    uint64_t toldMin = 0;
+    int64_t toldUntil = 0;
+    int64_t heldOffUntil = 0;
+  };
+  struct ModelHandle {
+    uint64_t node, content;
+    bool cached;
+  };
+  const uint32_t kDirect = 0x4;  // options.openFlags of a direct-I/O open (FOPEN_DIRECT_IO-like; any bits)
+  const uint64_t kAttrMs = 1000;
+  for (uint32_t seed = 1; seed <= 200; seed++) {
+    std::mt19937_64 rng(seed);
+    int64_t now = 1'000'000'000;
+    std::vector<uint64_t> notices;
+    engine::PageCacheOptions o;
+    o.pageCache = true;
+    o.trackReads = true;
+    o.openFlags = kDirect | FOPEN_NOFLUSH;
+    o.attrValidMs = kAttrMs;
+    std::map<uint64_t, bool> forgotten;  // node -> the kernel forgot it
+    engine::PageCacheRules rules(
+        o, [&] { return now; },
+        [&](uint64_t nodeid, std::string* path) {
+          *path = "/kv/n" + std::to_string(nodeid);
+          return forgotten[nodeid] ? Status::kStale : Status::kOk;
+        },
+        [&](uint64_t nodeid) { notices.push_back(nodeid); });
+    std::map<uint64_t, ModelNode> m;
+    std::map<uint64_t, ModelHandle> handles;
+    uint64_t nextFh = 1;
+    for (int step = 0; step < 400; step++) {
+      const uint64_t node = 1 + rng() % 3;
+      ModelNode& n = m[node];
+      forgotten[node] = false;  // a request about the node: the kernel has it (again)
+      const size_t before = notices.size();
+      switch (rng() % 9) {
+        case 0:
+        case 1: {  // a read open of content 1 or 2
+          const uint64_t content = 1 + rng() % 2, size = content * 4096;
+          const bool cacheable = rng() % 5 != 0;
+          const uint64_t fh = nextFh++;
+          const uint32_t got = rules.ReadOpen(node, fh, content, size, cacheable);
+          uint32_t want;
+          bool notice = false;
+          if (n.readers > 0 && n.content != content) {
+            want = engine::kReadOpenConflict;
+          } else {
+            n.content = content;
+            n.size = size;
+            n.readers++;
+            const bool cached = cacheable && n.writers == 0 && n.heldOffUntil <= now;
+            if (!cached) {
+              if (n.pagesKey != content) n.pagesKey = 0;
+              want = o.openFlags;
+            } else {
+              const bool switching = n.pagesKey != content;
+              const bool keep = !switching && n.pagesDropped;
+              if (!keep) n.pagesDropped = false;
+              n.pagesKey = content;
+              n.opens++;
+              notice = switching || (n.toldUntil > now && n.toldMin < size);
+              if (notice) n.toldUntil = 0;
+              want = (keep ? FOPEN_KEEP_CACHE : 0) | FOPEN_NOFLUSH;
+            }
+            handles[fh] = {node, content, cached};
+          }
+          EXPECT(got == want);
+          EXPECT((notices.size() > before) == notice);
+          break;
+        }
+        case 2: {  // a READ of some open handle
+          if (handles.empty()) break;
+          auto h = std::next(handles.begin(), rng() % handles.size());
+          rules.PagesRead(h->first);
+          if (h->second.cached) m[h->second.node].pagesDropped = true;
+          break;
+        }
+        case 3: {  // a release
+          if (handles.empty()) break;
+          auto h = std::next(handles.begin(), rng() % handles.size());
+          rules.Released(h->first);
+          ModelNode& hn = m[h->second.node];
+          hn.readers--;
+          if (h->second.cached) hn.opens--;
+          handles.erase(h);
+          break;
+        }
+        case 4: {  // a writer opens, then (sometimes later) goes
+          const bool ok = rules.TryWriterOpen(node);
+          EXPECT(ok == (n.opens == 0));
+          if (ok) n.writers++;
+          break;
+        }
+        case 5:
+          if (n.writers > 0) {
+            rules.WriterReleased(node);
+            n.writers--;
+            n.pagesKey = 0;
+          }
+          break;
+        case 6: {  // an attribute reply giving the node some size
+          const uint64_t size = (rng() % 3) * 4096;
+          const uint64_t got = rules.AttrValidMsFor(node, size);
+          if (n.opens > 0 && n.size > size) {
+            EXPECT(got == 0);
+          } else {
+            EXPECT(got == kAttrMs);
+            if (n.toldUntil <= now || size <= n.toldMin) {
+              n.toldMin = size;
+              n.toldUntil = now + static_cast<int64_t>(kAttrMs) * 1'000'000;
+            }
+          }
+          break;
+        }
+        case 7:  // a writer was sent to look the path up again: held off for a while
+          rules.HoldOff("/kv/n" + std::to_string(node), 50);
+          n.heldOffUntil = now + 50'000'000;
+          break;
+        case 8:  // time passes; sometimes a WRITE is answered or the kernel forgets a node
+          now += static_cast<int64_t>(rng() % 40) * 1'000'000;
+          if (rng() % 4 == 0) {
+            rules.ForgetToldSize(node);
+            n.toldUntil = 0;
+          }
+          if (rng() % 6 == 0 && n.readers == 0 && n.writers == 0) {
+            forgotten[node] = true;
+            rules.NodeForgotten(node);
+            const int64_t heldOffUntil = n.heldOffUntil;  // kept by path, not by node
+            n = ModelNode{};
+            n.heldOffUntil = heldOffUntil;
+          }
+          break;
+      }
+      // The invariants: one content per node among open reads; no page-cache open beside a writer.
+      for (auto& [id, mn] : m) {
+        uint64_t c = 0;
+        for (auto& [fh, h] : handles) {
+          if (h.node != id) continue;
+          EXPECT(c == 0 || c == h.content);
+          c = h.content;
+          EXPECT(!(h.cached && mn.writers > 0));
+        }
+        EXPECT(rules.HasPageCacheOpens(id) == (mn.opens > 0));
+      }
+    }
+    EXPECT(rules.figures().conflicts + rules.figures().opens + rules.figures().direct > 0);
+  }
+}
+
 int main() {
   TestGpu();
   TestGrowSettle();
@@ -1010,6 +1169,7 @@ int main() {
   TestCrc32c();
   TestFillRecord();
   TestMetaTable();
+  TestPageCacheRules();
   if (failures > 0) {
     fprintf(stderr, "native tests: %d of %llu check(s) failed\n", failures, checks.load());
     return 1;

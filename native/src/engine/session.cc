@@ -93,8 +93,27 @@ Status FusermountFd(const SessionOptions& options, int* fd, std::string* error) 
 
 }  // namespace
 
+static PageCacheOptions PageCacheOptionsOf(const SessionOptions& o) {
+  PageCacheOptions p;
+  p.pageCache = o.pageCache;
+  p.trackReads = o.trackReads;
+  p.openFlags = o.openFlags;
+  p.attrValidMs = o.attrValidMs;
+  p.handlesMax = kNativeOpensMax;
+  return p;
+}
+
 Session::Session(const SessionOptions& options, Forward forward, OnInit onInit)
-    : options_(options), forward_(std::move(forward)), onInit_(std::move(onInit)) {}
+    : options_(options),
+      forward_(std::move(forward)),
+      onInit_(std::move(onInit)),
+      pageCache_(
+          PageCacheOptionsOf(options), [] { return SteadyNs(); },
+          [meta = options.meta](uint64_t nodeid, std::string* path) {
+            bool detached;
+            return meta ? meta->PathOf(nodeid, path, &detached) : Status::kInvalid;
+          },
+          [this](uint64_t nodeid) { NotifyAttrsStale(nodeid); }) {}
 
 Status Session::Mount(const SessionOptions& options, Forward forward, OnInit onInit, std::unique_ptr<Session>* out,
                       std::string* error) {
@@ -813,130 +832,20 @@ void Session::ServeForget(const uint8_t* message, size_t lengthBytes) {
 }
 
 uint32_t Session::ReadOpenFlags(uint64_t nodeid, uint64_t fh, uint64_t contentKey, uint64_t sizeBytes, bool cacheable) {
-  if (!(options_.pageCache || options_.trackReads) || contentKey == 0) return options_.openFlags;
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  auto it = cachedNodes_.find(nodeid);
-  if (it == cachedNodes_.end()) {
-    if (cachedNodes_.size() >= kCachedNodesMax || cachedHandles_.size() >= kNativeOpensMax) return options_.openFlags;
-    it = cachedNodes_.emplace(nodeid, CachedNode{}).first;
-  }
-  CachedNode& node = it->second;
-  // Every open of an inode may fill its one page cache (read() through it, or mmap: the kernel maps a
-  // direct-I/O file through the page cache too), so the opens of a node read one content at a time.
-  if (node.readers > 0 && node.contentKey != contentKey) {
-    readOpenConflicts_.fetch_add(1, std::memory_order_relaxed);
-    return kReadOpenConflict;
-  }
-  const bool cached = options_.pageCache && cacheable && !HeldOffLocked(nodeid);
-  if (cachedHandles_.size() >= kNativeOpensMax || !cachedHandles_.emplace(fh, CachedHandle{nodeid, cached}).second) {
-    return options_.openFlags;
-  }
-  node.contentKey = contentKey;
-  node.sizeBytes = sizeBytes;
-  node.readers++;
-  if (!cached) {
-    // Direct I/O; an mmap of it drops the cached pages and maps this content's. Pages of another
-    // content may stay cached meanwhile (no mmap), so the next cached open drops them.
-    if (node.pagesKey != contentKey) node.pagesKey = 0;
-    if (options_.pageCache) pageCacheDirect_.fetch_add(1, std::memory_order_relaxed);
-    return options_.openFlags;
-  }
-  // Only once the pages of another content are known gone: two opens answered back to back, the first
-  // dropping the pages and the second keeping them, would let the second read the old content's pages
-  // before the first's open() drops them.
-  const bool switching = node.pagesKey != contentKey;
-  const bool keep = !switching && node.pagesDropped;
-  if (!keep) node.pagesDropped = false;  // until one of these opens reads (PagesRead)
-  node.pagesKey = contentKey;
-  node.opens++;
-  pageCacheOpens_.fetch_add(1, std::memory_order_relaxed);
-  // The kernel may hold a smaller size for the inode, still valid: one told before this open counted
-  // (AttrValidMsFor keeps the smallest), or one the kernel set itself, which no reply told: a short
-  // read of the other content last read through these pages shrinks it, as do a writer's O_TRUNC and
-  // writes (WriterReleased forgets the pages' content). Cached reads stop at it without asking, so
-  // make it stale before the open returns; a reply about the node already on its way is dropped too
-  // (the notice raises the inode's attribute version). Not again for opens of the same content that only wait for a read (!keep, !switching):
-  // the first one's notice made the size stale, and since then only replies (the told size) can shrink
-  // it; a notice at each such open would make each next open ask GETATTR (open+close of files nobody
-  // reads: three requests each, at about half the rate).
-  if (switching || (node.toldUntilNs > SteadyNs() && node.toldMinSizeBytes < sizeBytes)) {
-    pageCacheAttrNotices_.fetch_add(1, std::memory_order_relaxed);
-    NotifyAttrsStale(nodeid);
-    node.toldUntilNs = 0;  // every reply told before the notice is stale now (or dropped on arrival)
-  }
-  // The pages cached are of this content (kept), or maybe of another (the open drops them). A read-only
-  // open's FLUSH stays off where the embedder turned it off.
-  return (keep ? FOPEN_KEEP_CACHE : 0) | (options_.openFlags & FOPEN_NOFLUSH);
+  return pageCache_.ReadOpen(nodeid, fh, contentKey, sizeBytes, cacheable);
 }
 
-bool Session::HeldOffLocked(uint64_t nodeid) {
-  auto w = writers_.find(nodeid);
-  if (w != writers_.end() && w->second > 0) return true;
-  if (heldOffAllUntilNs_ > SteadyNs()) return true;  // the table overflowed: every path is held off
-  if (heldOff_.empty() || !options_.meta) return false;
-  std::string path;
-  bool detached;
-  if (options_.meta->PathOf(nodeid, &path, &detached) != Status::kOk) return false;
-  auto h = heldOff_.find(path);
-  if (h == heldOff_.end()) return false;
-  if (h->second > SteadyNs()) return true;
-  heldOff_.erase(h);
-  return false;
-}
+bool Session::TryWriterOpen(uint64_t nodeid) { return pageCache_.TryWriterOpen(nodeid); }
 
-bool Session::TryWriterOpen(uint64_t nodeid) {
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  auto it = cachedNodes_.find(nodeid);
-  if (it != cachedNodes_.end() && it->second.opens > 0) return false;
-  writers_[nodeid]++;
-  return true;
-}
+void Session::PagesRead(uint64_t fh) { pageCache_.PagesRead(fh); }
 
-void Session::PagesRead(uint64_t fh) {
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  auto h = cachedHandles_.find(fh);
-  if (h == cachedHandles_.end() || !h->second.cached) return;
-  auto node = cachedNodes_.find(h->second.nodeid);
-  if (node != cachedNodes_.end()) node->second.pagesDropped = true;
-}
+bool Session::HasPageCacheOpens(uint64_t nodeid) { return pageCache_.HasPageCacheOpens(nodeid); }
 
-bool Session::HasPageCacheOpens(uint64_t nodeid) {
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  auto it = cachedNodes_.find(nodeid);
-  return it != cachedNodes_.end() && it->second.opens > 0;
-}
+void Session::WriterReleased(uint64_t nodeid) { pageCache_.WriterReleased(nodeid); }
 
-void Session::WriterReleased(uint64_t nodeid) {
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  auto it = writers_.find(nodeid);
-  Check(it != writers_.end() && it->second > 0, "a released writer was counted");
-  if (--it->second == 0) writers_.erase(it);
-  // The writer moved the inode's size and pages (O_TRUNC, writes): the next page-cache open keeps none.
-  auto node = cachedNodes_.find(nodeid);
-  if (node != cachedNodes_.end()) node->second.pagesKey = 0;
-}
+void Session::HoldOffPageCache(const std::string& path, uint64_t holdMs) { pageCache_.HoldOff(path, holdMs); }
 
-void Session::HoldOffPageCache(const std::string& path, uint64_t holdMs) {
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  const int64_t now = SteadyNs();
-  if (heldOff_.size() >= kHeldOffPathsMax) {
-    for (auto it = heldOff_.begin(); it != heldOff_.end();) it = it->second <= now ? heldOff_.erase(it) : std::next(it);
-  }
-  if (heldOff_.size() >= kHeldOffPathsMax) {
-    // All live: the paths are forgotten, and every path is held off for as long as any could have been
-    // (its reads direct, exact), rather than let a forgotten one take the page cache at once.
-    for (const auto& [heldPath, untilNs] : heldOff_) heldOffAllUntilNs_ = std::max(heldOffAllUntilNs_, untilNs);
-    heldOff_.clear();
-  }
-  heldOff_[path] = now + static_cast<int64_t>(std::min<uint64_t>(holdMs, kHeldOffMaxMs)) * 1'000'000;
-}
-
-void Session::ForgetToldSize(uint64_t nodeid) {
-  if (!options_.pageCache) return;
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  auto it = cachedNodes_.find(nodeid);
-  if (it != cachedNodes_.end()) it->second.toldUntilNs = 0;
-}
+void Session::ForgetToldSize(uint64_t nodeid) { pageCache_.ForgetToldSize(nodeid); }
 
 void Session::NotifyAttrsStale(uint64_t nodeid) {
   if (fd_ < 0) return;
@@ -957,52 +866,11 @@ void Session::NotifyAttrsStale(uint64_t nodeid) {
   if (n < 0 && errno != ENOENT) replyErrors_.fetch_add(1, std::memory_order_relaxed);
 }
 
-uint64_t Session::AttrValidMsFor(uint64_t nodeid, uint64_t sizeBytes) {
-  if (!options_.pageCache) return options_.attrValidMs;
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  auto it = cachedNodes_.find(nodeid);
-  if (it != cachedNodes_.end() && it->second.opens > 0 && it->second.sizeBytes > sizeBytes) return 0;
-  if (it == cachedNodes_.end()) {
-    // Full: the node takes no page-cache open (ReadOpenFlags), so what the kernel keeps of it is moot.
-    if (cachedNodes_.size() >= kCachedNodesMax) return options_.attrValidMs;
-    it = cachedNodes_.emplace(nodeid, CachedNode{}).first;
-  }
-  // The smallest size the kernel may hold for the node, until that reply expires. A later reply
-  // replaces it in the kernel, but may be dropped there for a concurrent change, so a smaller size
-  // is remembered until its own expiry (never extended by larger ones: a stream of replies must not
-  // keep it alive), or until a notice makes every earlier reply stale (ReadOpenFlags).
-  CachedNode& node = it->second;
-  const int64_t now = SteadyNs();
-  if (node.toldUntilNs <= now || sizeBytes <= node.toldMinSizeBytes) {
-    node.toldMinSizeBytes = sizeBytes;
-    node.toldUntilNs = now + static_cast<int64_t>(options_.attrValidMs) * 1'000'000;
-  }
-  return options_.attrValidMs;
-}
+uint64_t Session::AttrValidMsFor(uint64_t nodeid, uint64_t sizeBytes) { return pageCache_.AttrValidMsFor(nodeid, sizeBytes); }
 
-void Session::ReleaseCachedOpen(uint64_t fh) {
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  auto h = cachedHandles_.find(fh);
-  if (h == cachedHandles_.end()) return;
-  auto it = cachedNodes_.find(h->second.nodeid);
-  Check(it != cachedNodes_.end() && it->second.readers > 0, "a tracked read open counts on its node");
-  it->second.readers--;
-  if (h->second.cached) {
-    Check(it->second.opens > 0, "a page-cache open counts on its node");
-    it->second.opens--;  // the content stays: its pages may still be cached (the next open keeps them)
-  }
-  cachedHandles_.erase(h);
-}
+void Session::ReleaseCachedOpen(uint64_t fh) { pageCache_.Released(fh); }
 
-void Session::ForgetCachedNode(uint64_t nodeid) {
-  std::string path;
-  bool detached;
-  if (options_.meta->PathOf(nodeid, &path, &detached) != Status::kStale) return;  // the kernel still has it
-  std::lock_guard<std::mutex> lock(pageCacheMutex_);
-  auto it = cachedNodes_.find(nodeid);
-  // Gone from the kernel: its inode and page cache went with it.
-  if (it != cachedNodes_.end() && it->second.readers == 0) cachedNodes_.erase(it);
-}
+void Session::ForgetCachedNode(uint64_t nodeid) { pageCache_.NodeForgotten(nodeid); }
 
 bool Session::ServeOpen(const uint8_t* message, size_t lengthBytes) {
   if (!options_.meta || !options_.nativeOpens || !options_.arena || lengthBytes < sizeof(fuse_in_header) + sizeof(fuse_open_in)) {
@@ -1304,10 +1172,11 @@ SessionStats Session::stats() const {
   s.servedOpens = servedOpens_.load();
   s.servedReleases = servedReleases_.load();
   s.earlyReleases = earlyReleases_.load();
-  s.pageCacheOpens = pageCacheOpens_.load();
-  s.pageCacheDirect = pageCacheDirect_.load();
-  s.pageCacheAttrNotices = pageCacheAttrNotices_.load();
-  s.readOpenConflicts = readOpenConflicts_.load();
+  const PageCacheFigures pc = pageCache_.figures();
+  s.pageCacheOpens = pc.opens;
+  s.pageCacheDirect = pc.direct;
+  s.pageCacheAttrNotices = pc.attrNotices;
+  s.readOpenConflicts = pc.conflicts;
   s.servedOpendirs = servedOpendirs_.load();
   s.servedReaddirs = servedReaddirs_.load();
   s.spinHits = spinHits_.load();

@@ -26,6 +26,7 @@
 #include "../core/status.h"
 #include "fuse_kernel.h"
 #include "meta.h"
+#include "page_cache.h"
 #include "stage.h"
 #include "uring.h"
 
@@ -47,11 +48,6 @@ constexpr uint64_t kNativeHandleBase = uint64_t{1} << 40;
 constexpr size_t kNativeOpensMax = 1 << 20;       // opens answered natively at once
 constexpr size_t kNativeDirsMax = 4096;           // directories opened natively at once (each a snapshot)
 constexpr size_t kTouchedMax = 1 << 16;           // arena blocks opened natively, not yet told to JS
-constexpr size_t kCachedNodesMax = 1 << 20;       // nodes whose page-cache content is tracked (then direct I/O)
-constexpr uint64_t kHeldOffMaxMs = 60'000;         // the longest hold HoldOffPageCache takes
-constexpr size_t kHeldOffPathsMax = 4096;         // paths held off the page cache at once (HoldOffPageCache)
-// ReadOpenFlags: another content is open on the node (no open_out flags are all ones).
-constexpr uint32_t kReadOpenConflict = 0xFFFFFFFFu;
 // Stopping interrupts the workers' blocking reads with SIGRTMIN + this (a no-op handler, no SA_RESTART;
 // glibc keeps the first real-time signals below SIGRTMIN, and Node and libuv use none of these).
 constexpr int kWakeSignalOffset = 7;
@@ -288,7 +284,6 @@ class Session {
   bool StagedAttrOfNode(uint64_t nodeid, CachedAttr* out);
   void ReplyError(uint64_t unique, int32_t error);
   void ReleaseCachedOpen(uint64_t fh);
-  bool HeldOffLocked(uint64_t nodeid);  // under pageCacheMutex_: a writer is open or expected
   // A WRITE of the node is answered: the kernel drops the size it held (ReadOpenFlags needs no notice).
   void ForgetToldSize(uint64_t nodeid);
   // FUSE_NOTIFY_INVAL_INODE for the node's attributes only.
@@ -348,39 +343,15 @@ class Session {
   std::unordered_map<uint64_t, StagedAttr> stagedAttrs_;
   std::unordered_map<uint64_t, uint64_t> stagedByNode_;  // node -> the handle whose attributes stand for it
 
-  // Tracked read opens (ReadOpenFlags): per node, the content they read, how many are open, and which cached.
-  struct CachedNode {
-    uint64_t contentKey = 0;  // what the node's tracked read opens read (all one content)
-    uint64_t sizeBytes = 0;
-    uint64_t readers = 0;     // tracked read opens, cached or direct
-    uint64_t opens = 0;       // of those, page-cache opens
-    uint64_t pagesKey = 0;    // the content whose pages the kernel may cache for the node (0: unknown)
-    // Whether a page-cache open of pagesKey has read since pagesKey was set by an open that drops the
-    // pages (no FOPEN_KEEP_CACHE): the kernel drops them in the opener's open(), after our reply, so
-    // until one such opener reads, another content's pages may still be there (PagesRead).
-    bool pagesDropped = false;
-    // The smallest size an attribute reply gave the kernel for the node, valid until toldUntilNs.
-    uint64_t toldMinSizeBytes = 0;
-    int64_t toldUntilNs = 0;
-  };
-  mutable std::mutex pageCacheMutex_;
-  std::unordered_map<uint64_t, CachedNode> cachedNodes_;
-  struct CachedHandle {
-    uint64_t nodeid = 0;
-    bool cached = false;  // a page-cache open (else direct I/O)
-  };
-  std::unordered_map<uint64_t, CachedHandle> cachedHandles_;
-  std::unordered_map<uint64_t, uint64_t> writers_;        // nodeid -> writers open
-  std::unordered_map<std::string, int64_t> heldOff_;      // path -> until (SteadyNs)
-  int64_t heldOffAllUntilNs_ = 0;                         // every path held off until then (heldOff_ overflowed)
+  // The page-cache rules (page_cache.h): which read opens use the kernel's page cache.
+  PageCacheRules pageCache_;
 
   mutable std::shared_mutex negotiatedMutex_;
   Negotiated negotiated_;
 
   std::atomic<uint64_t> requests_{0}, forwarded_{0}, servedReads_{0}, servedReadBytes_{0}, servedFlushes_{0}, servedWrites_{0}, servedWriteBytes_{0}, replyErrors_{0},
       servedLookups_{0}, servedAbsentLookups_{0}, servedGetattrs_{0}, servedForgets_{0}, servedOpens_{0}, servedReleases_{0}, earlyReleases_{0},
-      servedOpendirs_{0}, servedReaddirs_{0}, spinHits_{0}, spinTimeouts_{0}, gatedReads_{0}, gatedToJs_{0},
-      pageCacheOpens_{0}, pageCacheDirect_{0}, pageCacheAttrNotices_{0}, readOpenConflicts_{0};
+      servedOpendirs_{0}, servedReaddirs_{0}, spinHits_{0}, spinTimeouts_{0}, gatedReads_{0}, gatedToJs_{0};
 };
 
 }  // namespace cascade::engine
