@@ -434,7 +434,7 @@ export function mountCommand(y: Argv): Argv {
           describe:
             'serve Prometheus metrics at http://HOST:PORT/metrics (HOST defaults to 127.0.0.1; port 0 picks a free one, logged): tiers, hits, evictions, promotions, dedup, pins, queues, FUSE request latency by opcode, errors by errno, process figures (default: off)',
         })
-        .config('config', 'a JSON file of mount options with the flag names as keys (data, dram, dram-watermarks, pin-quota, keep-versions, meta-group-commit-ms, kernel-cache, page-cache, disk-page-cache, engine, cluster, node, shared, fabric, fabric-addr, remote-promote-after, gpu, gpu-device, metrics, passthrough, fuse-uring, debug, log-level, log-file, quiet); flags on the command line win', deferMountConfigErrors)
+        .config('config', `a JSON file of mount options with the flag names as keys (${MOUNT_CONFIG_KEYS.join(', ')}); flags on the command line win`, deferMountConfigErrors)
         .example('$0 mount /mnt/cascade --data $SCRATCH/cascade --dram 8G', 'serve /mnt/cascade; KV blocks go under /mnt/cascade/kv/<model>/')
         .example('$0 mount /mnt/cascade --config cascade.json --kernel-cache', 'options from a file, plus one flag')
         .example('$0 mount /mnt/cascade --engine fuse-native', 'serve through libfuse 2 (fuse-native) even where the native engine could run')
