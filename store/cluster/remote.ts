@@ -126,19 +126,39 @@ export class RemoteDram {
    */
   async fetch(dram: NativeArenaTier, sha: string, sizeBytes: number, onStreaming?: (handle: number) => void): Promise<boolean> {
     if (this.closed) return false;
-    let holders: string[];
     const noted = this.noted.get(sha);
     this.noted.delete(sha); // used once: a fetch that fails leaves this hint behind
-    if (noted !== undefined && Date.now() - noted.atMs <= HOLDERS_NOTED_MS) {
-      holders = noted.holders;
-    } else {
-      try {
-        holders = (await this.directory.dramHolders(sha)).filter((n) => n !== this.node);
-      } catch (e) {
-        this.warn(`remote DRAM: cannot look up holders of ${sha}: ${String(e)}`);
-        return false;
-      }
+    const hinted = noted !== undefined && Date.now() - noted.atMs <= HOLDERS_NOTED_MS ? noted.holders : undefined;
+    const holders = hinted ?? (await this.lookUpHolders(sha));
+    if (holders === undefined) return false;
+    const tried = new Set<string>();
+    if (await this.fetchFrom(dram, sha, sizeBytes, onStreaming, holders, tried)) return true;
+    if (hinted === undefined) return false;
+    // The hint came with a resolve up to HOLDERS_NOTED_MS ago (a version served from what this node
+    // last heard is older still): ask the directory before falling back to the shared tier.
+    const now = await this.lookUpHolders(sha);
+    return now !== undefined && this.fetchFrom(dram, sha, sizeBytes, onStreaming, now.filter((n) => !tried.has(n)), tried);
+  }
+
+  /** The other nodes the directory says hold `sha` in DRAM; undefined when it cannot be asked. */
+  private async lookUpHolders(sha: string): Promise<string[] | undefined> {
+    try {
+      return (await this.directory.dramHolders(sha)).filter((n) => n !== this.node);
+    } catch (e) {
+      this.warn(`remote DRAM: cannot look up holders of ${sha}: ${String(e)}`);
+      return undefined;
     }
+  }
+
+  /** fetch() from these holders in a random order, each tried once (added to `tried`). */
+  private async fetchFrom(
+    dram: NativeArenaTier,
+    sha: string,
+    sizeBytes: number,
+    onStreaming: ((handle: number) => void) | undefined,
+    holders: string[],
+    tried: Set<string>,
+  ): Promise<boolean> {
     if (holders.length === 0) return false;
     const now = Date.now();
     // A holder this node has not heard of: look the peers up first. Known holders only: read on, and
@@ -158,6 +178,7 @@ export class RemoteDram {
       [candidates[i], candidates[j]] = [candidates[j], candidates[i]];
     }
     for (const peer of candidates) {
+      tried.add(peer);
       const address = this.peers.get(peer)!.address;
       try {
         // Streamed: readers get each piece once it passes its CRC-32C; the block joins DRAM only
