@@ -87,7 +87,7 @@ export class Store {
     parts: { token?: string; gpu: GpuTier | string; remote?: RemoteDram; faults?: FaultyDiskIo },
   ) {
     const gpu = parts.gpu instanceof GpuTier ? parts.gpu : undefined;
-    if (!gpu) this.gpuOffReason = typeof parts.gpu === 'string' ? parts.gpu : 'off (mount with --gpu SIZE to use it)';
+    if (typeof parts.gpu === 'string') this.gpuOffReason = parts.gpu; // why openGpu opened none
     const core = new StoreCore(dram, disk, meta, config, gpu);
     this.core = core;
     this.gpu = gpu;

@@ -134,25 +134,21 @@ export class PeerCopies implements ClusterCopies {
    * Cluster: a block this node lacks, filled natively from another node's record on the shared tier
    * (Arena::FillRecord: its header checked, each piece published to readers as it passes its CRC-32C,
    * the whole SHA-256 checked before it joins DRAM), as nativeDiskLoad does for this node's own disk.
-   * Places are tried in turn: one that moved (compaction) or fails its checks is skipped. undefined
-   * where the block must come through a buffer (no arena, GPU copy, this node's own disk).
+   * undefined where the block must come through a buffer (no arena, GPU copy, this node's own disk).
    */
   nativeSharedLoad(sha: string, sizeBytes: number, onLoading?: (handle: number) => void): (() => Promise<void>) | undefined {
     const c = this.c;
     const dram = this.core.dram;
     const arena = dram instanceof NativeArenaTier ? dram.arenaBinding() : undefined;
     if (arena === undefined || this.core.disk.has(sha) || this.core.gpu?.has(sha)) return undefined;
-    return async () => {
-      const problems: string[] = [];
-      for (let attempt = 0; attempt < 2; attempt++) {
-        const cached = attempt === 0 ? this.placements.get(sha) : undefined;
-        const found = cached ?? (await c.directory.locate(sha));
-        if (found.length > 0) this.placements.set(sha, found);
-        const places = found.filter((p) => p.sizeBytes === sizeBytes && p.node !== c.node);
-        for (const p of places) {
-          let fh: fs.promises.FileHandle | undefined;
+    return () =>
+      this.fromPlaces(
+        sha,
+        sizeBytes,
+        (places) => places.filter((p) => p.node !== c.node),
+        async (p) => {
+          const fh = await fs.promises.open(path.join(c.sharedDir, p.file), 'r');
           try {
-            fh = await fs.promises.open(path.join(c.sharedDir, p.file), 'r');
             const fd = fh.fd;
             await (dram as NativeArenaTier).adopt(sha, sizeBytes, async (handle) => {
               const filling = arena.fillRecordAsync(handle, fd, p.offsetBytes, sha, 0); // marks it filling first
@@ -160,49 +156,55 @@ export class PeerCopies implements ClusterCopies {
               await filling;
               return sha; // the fill checked the bytes' SHA-256
             });
-            this.core.counters.sharedLoads++;
-            this.core.counters.sharedLoadBytes += sizeBytes;
-            return;
-          } catch (e) {
-            // A copy that moved, went or fails its checks (CascadeError, native or fs codes alike).
-            const code = (e as { code?: unknown }).code;
-            if (code !== 'ESTALE' && code !== 'ECORRUPT' && code !== 'ENOENT' && code !== 'EIO') throw e;
-            problems.push(`${p.node}: ${(e as Error).message}`);
           } finally {
-            await fh?.close().catch(() => undefined);
+            await fh.close().catch(() => undefined);
           }
-        }
-        this.placements.delete(sha);
-        if (places.length === 0 && cached === undefined) break;
-      }
-      this.core.counters.misses++;
-      throw new CascadeError('EIO', `content ${sha} has no readable copy on the shared tier${problems.length ? ` (${problems.join('; ')})` : ''}`);
-    };
+        },
+        // A copy that moved, went or fails its checks (CascadeError, native or fs codes alike).
+        (e) => ['ESTALE', 'ECORRUPT', 'ENOENT', 'EIO'].includes((e as { code?: unknown }).code as string),
+      );
+  }
+
+  /** Read a block from another node's segment file, checked against its SHA-256 (see fromPlaces). */
+  loadFromShared(sha: string, sizeBytes: number): Promise<Buffer> {
+    const c = this.c;
+    return this.fromPlaces(
+      sha,
+      sizeBytes,
+      // Other nodes' copies first: this node's own would be in its disk tier already.
+      (places) => places.sort((a, b) => Number(a.node === c.node) - Number(b.node === c.node)),
+      (p) => readRecordAt({ file: path.join(c.sharedDir, p.file), offsetBytes: p.offsetBytes, sizeBytes }, sha),
+      (e) => isCascadeError(e, 'ESTALE') || isCascadeError(e, 'ECORRUPT'),
+    );
   }
 
   /**
-   * Read a block from another node's segment file, checked against its SHA-256. A copy that moved
-   * (compaction) or failed its check is skipped; the placements are looked up twice (a node may be
-   * republishing a move) before the read fails with EIO. Never wrong bytes.
+   * Load a block from the first of its places on the shared tier (of its size, chosen and ordered by
+   * `order`) that `load` reads; a copy that moved (compaction) or fails its checks (an error `skippable`
+   * accepts) is skipped. The places are looked up twice (a node may be republishing a
+   * move) before the load fails with EIO. Never wrong bytes.
    */
-  async loadFromShared(sha: string, sizeBytes: number): Promise<Buffer> {
-    const c = this.c;
+  private async fromPlaces<T>(
+    sha: string,
+    sizeBytes: number,
+    order: (places: BlockPlacement[]) => BlockPlacement[],
+    load: (p: BlockPlacement) => Promise<T>,
+    skippable: (e: unknown) => boolean,
+  ): Promise<T> {
     const problems: string[] = [];
     for (let attempt = 0; attempt < 2; attempt++) {
       const cached = attempt === 0 ? this.placements.get(sha) : undefined;
-      const found = cached ?? (await c.directory.locate(sha));
+      const found = cached ?? (await this.c.directory.locate(sha));
       if (found.length > 0) this.placements.set(sha, found);
-      const places = found.filter((p) => p.sizeBytes === sizeBytes);
-      // Other nodes' copies first: this node's own would be in its disk tier already.
-      places.sort((a, b) => Number(a.node === c.node) - Number(b.node === c.node));
+      const places = order(found.filter((p) => p.sizeBytes === sizeBytes));
       for (const p of places) {
         try {
-          const data = await readRecordAt({ file: path.join(c.sharedDir, p.file), offsetBytes: p.offsetBytes, sizeBytes }, sha);
+          const got = await load(p);
           this.core.counters.sharedLoads++;
           this.core.counters.sharedLoadBytes += sizeBytes;
-          return data;
+          return got;
         } catch (e) {
-          if (!isCascadeError(e, 'ESTALE') && !isCascadeError(e, 'ECORRUPT')) throw e;
+          if (!skippable(e)) throw e;
           problems.push(`${p.node}: ${(e as Error).message}`);
         }
       }

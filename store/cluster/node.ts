@@ -124,12 +124,6 @@ export class ClusterNode {
     this.fresh.delete(name); // another node's change may be on its way: the next open asks Redis
   }
 
-  /** Remember what Redis said of a name, when nothing changed while it was asked (see `fresh`). */
-  private heard(name: string, v: VersionRecord | undefined, seqAsked: number): void {
-    if (v && this.stopWatching !== undefined && this.changeSeq === seqAsked) this.fresh.set(name, v);
-    else this.fresh.delete(name);
-  }
-
   /**
    * The current version of a name. While Redis cannot be reached, the version this node last saw
    * (read or committed here) when its content is on this node: local reads keep working; a name this
@@ -141,19 +135,16 @@ export class ClusterNode {
     const seq = this.changeSeq;
     try {
       let v: VersionRecord | undefined;
-      const remote = this.copies.remote;
-      if (remote) {
+      if (this.copies.remote) {
         // The holders of its content come in the same round trip: a read of content this node lacks
         // then fetches it from a peer's DRAM without asking Redis again.
         const r = await this.c.directory.currentWithHolders(name);
         v = r.version;
-        if (v && !this.core.dram.has(v.sha256)) remote.noteHolders(v.sha256, r.dramHolders);
+        this.learned(name, v, r.dramHolders, seq);
       } else {
         v = await this.core.meta.current(name);
+        this.learned(name, v, [], seq);
       }
-      if (v) this.lastKnown.set(name, v);
-      else this.lastKnown.delete(name);
-      this.heard(name, v, seq);
       return v;
     } catch (e) {
       return this.offlineVersion(name, e);
@@ -165,18 +156,25 @@ export class ClusterNode {
     const seq = this.changeSeq;
     try {
       const r = await this.c.directory.lookupName(name);
-      const remote = this.copies.remote;
-      if (r.version) {
-        this.lastKnown.set(name, r.version);
-        if (remote && !this.core.dram.has(r.version.sha256)) remote.noteHolders(r.version.sha256, r.dramHolders);
-      } else {
-        this.lastKnown.delete(name);
-      }
-      this.heard(name, r.version, seq);
+      this.learned(name, r.version, r.dramHolders, seq);
       return { version: r.version, dir: r.dir, dirMode: r.dirMode };
     } catch (e) {
       return { version: this.offlineVersion(name, e), dir: false };
     }
+  }
+
+  /**
+   * What Redis just said of a name (asked when changeSeq was `seqAsked`): its version for opens while
+   * Redis is away and for the opens that follow (`fresh`), and its content's DRAM holders for a fetch.
+   */
+  private learned(name: string, v: VersionRecord | undefined, dramHolders: readonly string[], seqAsked: number): void {
+    if (v) this.lastKnown.set(name, v);
+    else this.lastKnown.delete(name);
+    const remote = this.copies.remote;
+    if (v && remote && !this.core.dram.has(v.sha256)) remote.noteHolders(v.sha256, dramHolders);
+    // Kept for the next open only when nothing changed while it was asked (see `fresh`).
+    if (v && this.stopWatching !== undefined && this.changeSeq === seqAsked) this.fresh.set(name, v);
+    else this.fresh.delete(name);
   }
 
   /** Whether a peer holds this content in DRAM (where a read would fetch it from) and this node does not. */
