@@ -8,7 +8,7 @@ import type { DramCache } from './dram-cache';
 import { HOLD_ATTEMPTS_MAX } from './gpu-cache';
 import { assert, CascadeError } from './errors';
 import type { VersionRecord } from './meta';
-import { isMappedTier } from './tier';
+import { isMappedTier, type MappedTier } from './tier';
 import { NativeArenaTier } from './tiers/native-dram';
 import type { DramHold } from './types';
 import type { WriteBack } from './writeback';
@@ -75,21 +75,21 @@ export class Content {
     const sha = v.sha256;
     const releaseLease = this.lease(v);
     try {
-      const held = await this.core.locks.with(sha, async () => {
-        for (let attempt = 0; ; attempt++) {
-          await this.dramCache.ensureInDram(sha, v.sizeBytes, true, true, onLoading);
-          // Background eviction may run between ensureInDram's return and here: check, then hold
-          // with nothing awaited in between.
-          const e = dram.extentsOf(sha);
-          if (e === undefined) {
-            if (attempt < HOLD_ATTEMPTS_MAX) continue;
-            throw new CascadeError('EIO', `content ${sha} keeps leaving DRAM before it can be held (DRAM too small for the readers?)`);
+      // A block the flusher is writing to disk is whole in DRAM: held at once rather than after its
+      // disk write (a read right after a write would wait for it).
+      const flushing = this.writeBack.lockedForFlush(sha) ? this.holdInDramNow(dram, sha, v.sizeBytes) : undefined;
+      const held =
+        flushing ??
+        (await this.core.locks.with(sha, async () => {
+          for (let attempt = 0; ; attempt++) {
+            await this.dramCache.ensureInDram(sha, v.sizeBytes, true, true, onLoading);
+            // Background eviction may run between ensureInDram's return and here: check, then hold
+            // with nothing awaited in between.
+            const now = this.holdInDramNow(dram, sha, v.sizeBytes);
+            if (now !== undefined) return now;
+            if (attempt >= HOLD_ATTEMPTS_MAX) throw new CascadeError('EIO', `content ${sha} keeps leaving DRAM before it can be held (DRAM too small for the readers?)`);
           }
-          assert(e.sizeBytes === v.sizeBytes, 'held content is in DRAM with its size');
-          this.core.dramHolds.set(sha, (this.core.dramHolds.get(sha) ?? 0) + 1);
-          return { extents: e.extents, arenaHandle: this.dramHandleOf(sha) };
-        }
-      });
+        }));
       let released = false;
       return {
         version: v,
@@ -108,6 +108,15 @@ export class Content {
       releaseLease();
       throw e;
     }
+  }
+
+  /** A hold of content that is in DRAM now (nothing awaited between the check and the hold), else undefined. */
+  private holdInDramNow(dram: MappedTier, sha: string, sizeBytes: number): { extents: Array<[number, number]>; arenaHandle: number | undefined } | undefined {
+    const e = dram.extentsOf(sha);
+    if (e === undefined) return undefined;
+    assert(e.sizeBytes === sizeBytes, 'held content is in DRAM with its size');
+    this.core.dramHolds.set(sha, (this.core.dramHolds.get(sha) ?? 0) + 1);
+    return { extents: e.extents, arenaHandle: this.dramHandleOf(sha) };
   }
 
   /** Remove content whose last reference went away, unless something referenced it again meanwhile. */

@@ -24,6 +24,11 @@ export class WriteBack {
   /** Blocks being written through to disk (no DRAM copy), with their writers' count: each writes again what a failed fdatasync lost. */
   private readonly writingThrough = new Map<string, number>();
   private readonly flushes = new SingleFlight<void>();
+  /**
+   * Dirty blocks whose content lock the flusher holds while it writes them to disk. Such a block is
+   * whole in DRAM and stays there: a flush only reads it, and nothing can reclaim it while the lock is held.
+   */
+  private readonly flushingLocked = new Set<string>();
   /** The flusher's run, while one runs. */
   flusher: Promise<void> | undefined;
   private flushRetry: NodeJS.Timeout | undefined;
@@ -33,6 +38,14 @@ export class WriteBack {
     private readonly core: StoreCore,
     private readonly madeClean: () => void,
   ) {}
+
+  /**
+   * Whether the content lock of `key` is held by a flush of it (see flushingLocked): a reader may then
+   * take the DRAM copy without waiting for the disk write.
+   */
+  lockedForFlush(key: string): boolean {
+    return this.flushingLocked.has(key);
+  }
 
   /** Whether a block still waits for the flusher or for its fdatasync. */
   pending(key: string): boolean {
@@ -176,7 +189,10 @@ export class WriteBack {
           this.core.counters.flushedBlocks++;
         }
       } finally {
-        for (const b of blocks) b.release();
+        for (const b of blocks) {
+          this.flushingLocked.delete(b.key);
+          b.release();
+        }
       }
     };
     for (const key of keys) {
@@ -194,6 +210,7 @@ export class WriteBack {
         await writeGroup(); // hold no locks while waiting for this one's
         await this.flushOne(key);
       } else {
+        this.flushingLocked.add(key);
         group.push({ key, sizeBytes, release });
         groupBytes += sizeBytes;
         if (group.length >= FLUSH_GROUP_BLOCKS_MAX || groupBytes >= FLUSH_GROUP_BYTES_MAX) await writeGroup();
@@ -214,7 +231,16 @@ export class WriteBack {
    * lock so that reclamation of the block cannot interleave and leave an orphan on disk.
    */
   private flushOne(key: string): Promise<void> {
-    return this.flushes.do(key, () => this.core.locks.with(key, () => this.flushLocked(key)));
+    return this.flushes.do(key, () =>
+      this.core.locks.with(key, async () => {
+        this.flushingLocked.add(key);
+        try {
+          await this.flushLocked(key);
+        } finally {
+          this.flushingLocked.delete(key);
+        }
+      }),
+    );
   }
 
   /** flushOne's work, for a caller that holds the content's lock. */

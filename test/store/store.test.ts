@@ -406,6 +406,54 @@ describe('Store', function () {
     await store.close();
   });
 
+  it('a block the flusher is writing to disk is held from DRAM at once, not after the disk write', async function () {
+    if (!nativeBinding()) this.skip();
+    const dir = newDir();
+    const real = await DiskSegmentTier.open({ dir });
+    // The flusher's grouped write waits on a gate this test opens: the block's content lock stays
+    // taken by the flush until then.
+    let openGate!: () => void;
+    const gate = new Promise<void>((r) => (openGate = r));
+    let flushStarted!: () => void;
+    const started = new Promise<void>((r) => (flushStarted = r));
+    const disk = new Proxy(real, {
+      get(target, prop, receiver) {
+        if (prop === 'writeMany') {
+          return async (blocks: Array<{ key: string; sizeBytes: number }>, fill: (key: string, t: Uint8Array, off: number) => Promise<void>) => {
+            flushStarted();
+            await gate;
+            return target.writeMany(blocks, fill);
+          };
+        }
+        const v = Reflect.get(target, prop, receiver);
+        return typeof v === 'function' ? v.bind(target) : v;
+      },
+    });
+    const store = await open(dir, { dram: 'native', dramCapacityBytes: 32 * MiB, tiers: { disk }, log: () => undefined });
+    try {
+      const data = seededBytes(93, 3 * MiB + 5);
+      await store.put('m/fresh', data);
+      await started; // the flush of m/fresh has its lock and waits on the gate
+      const v = await store.resolve('m/fresh');
+      const outcome = await Promise.race([
+        store.holdInDram(v).then((h) => ({ h })),
+        new Promise<'waited'>((r) => setTimeout(() => r('waited'), 2000)),
+      ]);
+      assert.notEqual(outcome, 'waited', 'the hold did not wait for the disk write');
+      const { h } = outcome as { h: Awaited<ReturnType<Store['holdInDram']>> };
+      assert.equal(h.version.sha256, v.sha256);
+      const arena = (store.dram as NativeArenaTier).arenaBinding()!;
+      assert.equal(arena.describe(h.arenaHandle!).sizeBytes, data.length, 'the held block is the whole DRAM copy');
+      assert.ok((await store.get('m/fresh')).equals(data), 'byte-exact while the flush waits');
+      h.release();
+      openGate();
+      await store.sync('m/fresh');
+    } finally {
+      openGate();
+      await store.close();
+    }
+  });
+
   it('a block loaded from disk into the native arena is read straight into its slot and hashed there; a damaged one is never served', async function () {
     if (!nativeBinding()) this.skip();
     const dir = newDir();
