@@ -237,7 +237,7 @@ const SUITE_NOTES: Record<Suite, string> = {
   cluster:
     "Nodes a, b, c with the remote DRAM tier (libfabric tcp;ofi_rxm on loopback; b never keeps what it reads remotely), d with --fabric off; one redis-server, one shared directory. " +
     "Each run writes a new block on a; `remote` = the read on b, `shared-cold` = on d (a's segments dropped from the page cache), `local` = on a; `single-node` = the same block written and read on a single-node mount (no --cluster) beside them; the peers (`segment-read`, `redis-get`, `fi_read`, `iperf3`) in the same trial. " +
-    'Whole-file reads through the mounts (open to close), timed in the trial process. `vllm`: bench/vllm_pattern.py (vLLM\'s file-tier pattern, 4 threads) on node a and on the single-node mount, then a fresh process loads the blocks on b and on the single node.',
+    'Whole-file reads through the mounts (open to close) into one buffer that every system reads into, timed in the trial process. `vllm`: bench/vllm_pattern.py (vLLM\'s file-tier pattern, 4 threads) on node a and on the single-node mount, then a fresh process loads the blocks on b and on the single node.',
 };
 
 function storeSections(reports: TrialReport[]): { lines: string[]; json: object } {
