@@ -181,6 +181,7 @@ export class Namespace {
     };
     switch (c.kind) {
       case 'file':
+        if (c.version !== undefined) this.adoptNow(c.name);
         w?.changed(kvPath(c.name), false);
         break;
       case 'removed':
@@ -189,6 +190,7 @@ export class Namespace {
         break;
       case 'renamed':
         leaves(c.name);
+        if (c.version !== undefined) this.adoptNow(c.to);
         w?.changed(kvPath(c.name), false);
         w?.changed(kvPath(c.to), false);
         break;
@@ -243,6 +245,18 @@ export class Namespace {
   /** A directory's entries in the tree. */
   entries(rel: string): DirEntry[] {
     return [...this.tree.children(rel)].map(([name, kind]) => ({ name, kind }));
+  }
+
+  /**
+   * A file another node just committed, into the tree where its directory is known here: lookups and
+   * existence checks of it are then answered here, as of this node's own names (the store has its
+   * version from the same message). Elsewhere its first lookup asks the store.
+   */
+  private adoptNow(rel: string): void {
+    if (this.tree.kindOf(rel) !== undefined || this.tree.missingDirs(rel) > 0) return;
+    this.tree.addNameWithParents(rel, () => {
+      throw new Error('no directory to make');
+    });
   }
 
   /** A file or directory another node made: into the tree, with its missing directories numbered. */

@@ -136,9 +136,10 @@ export class Catalog {
     this.core.checkOpen();
     validateName(from);
     validateName(to);
+    const seq = this.cluster?.changesHeard ?? 0;
     const { version, released } = await this.core.meta.rename(from, to, this.core.now(), this.core.keepVersions);
     this.cluster?.forgetName(from);
-    this.cluster?.knowName(to, version);
+    this.cluster?.knowName(to, version, seq);
     await this.content.reclaim(released);
     return version;
   }

@@ -130,11 +130,18 @@ export interface MetaEngine {
 
 /**
  * A change another node made to the namespace (ClusterDirectory.watchChanges): a file's content or
- * mode (`file`), a file removed, a file renamed (`name` to `to`), a directory made or removed.
+ * mode (`file`), a file removed, a file renamed (`name` to `to`), a directory made or removed. Changes
+ * come in the order the directory applied them.
  */
 export type NameChange =
-  | { kind: 'file' | 'removed' | 'dirMade' | 'dirRemoved'; name: string }
-  | { kind: 'renamed'; name: string; to: string };
+  | { kind: 'removed' | 'dirMade' | 'dirRemoved'; name: string }
+  /**
+   * version: the name's new current version when the change made one (a commit; not a mode change);
+   * dramHolder: the node that holds its content in DRAM, when the commit said so.
+   */
+  | { kind: 'file'; name: string; version?: VersionRecord; dramHolder?: string }
+  /** version: the new current version of `to`. */
+  | { kind: 'renamed'; name: string; to: string; version?: VersionRecord };
 
 /** What a path is: a file (its current version), a directory (made by mkdir: its mode), or neither. */
 export interface NameLookup {

@@ -118,10 +118,20 @@ export class ClusterNode {
     this.fresh.delete(name);
   }
 
-  /** A name's current version, as this node just made it. */
-  knowName(name: string, v: VersionRecord): void {
+  /** Changes heard so far: taken before a request whose reply knowName() is given. */
+  get changesHeard(): number {
+    return this.changeSeq;
+  }
+
+  /**
+   * A name's current version, as this node just made it (the request sent when changesHeard was
+   * `seqAsked`): the next open here takes it without asking Redis, unless a change came in meanwhile
+   * (another node's newer commit may have been heard before this reply).
+   */
+  knowName(name: string, v: VersionRecord, seqAsked: number): void {
     this.lastKnown.set(name, v);
-    this.fresh.delete(name); // another node's change may be on its way: the next open asks Redis
+    if (this.stopWatching !== undefined && this.changeSeq === seqAsked) this.fresh.set(name, v);
+    else this.fresh.delete(name);
   }
 
   /**
@@ -210,6 +220,7 @@ export class ClusterNode {
     if (this.leaseLost) throw new CascadeError('EIO', `node ${this.c.node}: another daemon holds this node name now; this daemon no longer writes`);
     const core = this.core;
     const c = this.c;
+    const seq = this.changeSeq;
     const result = await core.locks.with(sha, async () => {
       if (!core.disk.has(sha)) {
         // The check and the new reference are one Redis step, so a concurrent release cannot slip between.
@@ -232,7 +243,7 @@ export class ClusterNode {
       const inDram = this.copies.remote !== undefined && core.dram.has(sha) && !this.copies.isBorrowed(sha);
       return c.directory.commitPlaced(name, sha, sizeBytes, core.now(), core.keepVersions, ino, this.placement(sha), false, inDram ? c.node : undefined);
     });
-    this.lastKnown.set(name, result.version);
+    this.knowName(name, result.version, seq);
     await this.parts.reclaim(result.released);
     return result.version;
   }
@@ -258,6 +269,16 @@ export class ClusterNode {
     if (c.kind === 'renamed') {
       this.lastKnown.delete(c.to);
       this.fresh.delete(c.to);
+    }
+    // A commit's message carries the version it made: changes come in the order Redis applied them,
+    // so until the next one for the name it is the current version, as a lookup would have read it.
+    // The first open of another node's new block then asks Redis nothing.
+    const v = c.kind === 'file' || c.kind === 'renamed' ? c.version : undefined;
+    if (v !== undefined) {
+      this.lastKnown.set(v.name, v);
+      this.fresh.set(v.name, v);
+      const remote = this.copies.remote;
+      if (c.kind === 'file' && c.dramHolder !== undefined && remote && !this.core.dram.has(v.sha256)) remote.noteHolders(v.sha256, [c.dramHolder], 'feed');
     }
     this.tellListeners((l) => l.change(c));
   }

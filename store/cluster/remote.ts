@@ -45,6 +45,11 @@ const PEERS_STALE_MS = 5_000;
  * after instead of asking Redis again: as fresh as the resolve, at most HOLDERS_NOTED_MS old, bounded.
  */
 const HOLDERS_NOTED_MS = 1_000;
+/**
+ * A holder the change feed named with a commit: kept longer, as it may be used long after (a load of
+ * a block stored a minute ago). A stale one costs a refused hold, then a look at the directory.
+ */
+const HOLDERS_FED_MS = 60_000;
 const HOLDERS_NOTED_MAX = 4_096;
 /** DRAM hints waiting to be sent, at most (the oldest are dropped past it: hints may be missing). */
 const ADVERTISE_PENDING_MAX = 100_000;
@@ -73,8 +78,8 @@ export class RemoteDram {
   /** Peers whose fetch failed, by node: skipped until a heartbeat after `failedAtMs`, or a new address. */
   private readonly suspects = new Map<string, { failedAtMs: number; address: string }>();
   private readonly pending = new Map<string, boolean>(); // sha -> held
-  /** sha -> holders other than this node and when they were read, oldest first (see HOLDERS_NOTED_MS). */
-  private readonly noted = new Map<string, { holders: string[]; atMs: number }>();
+  /** sha -> holders other than this node and until when they may be used, oldest first (see HOLDERS_NOTED_MS). */
+  private readonly noted = new Map<string, { holders: string[]; untilMs: number }>();
   private advertiseTimer: NodeJS.Timeout | undefined;
   private advertising: Promise<void> | undefined;
   /** Remote reads per block before a local copy is kept: the store's threshold policy (bounded LRU). */
@@ -128,7 +133,7 @@ export class RemoteDram {
     if (this.closed) return false;
     const noted = this.noted.get(sha);
     this.noted.delete(sha); // used once: a fetch that fails leaves this hint behind
-    const hinted = noted !== undefined && Date.now() - noted.atMs <= HOLDERS_NOTED_MS ? noted.holders : undefined;
+    const hinted = noted !== undefined && Date.now() <= noted.untilMs ? noted.holders : undefined;
     const holders = hinted ?? (await this.lookUpHolders(sha));
     if (holders === undefined) return false;
     const tried = new Set<string>();
@@ -209,15 +214,16 @@ export class RemoteDram {
   }
 
   /**
-   * The directory's DRAM holders of `sha`, read just now with a name's version: a fetch soon after uses
-   * the other nodes among them (none: it asks the directory then).
+   * The directory's DRAM holders of `sha`, read just now with a name's version (`resolve`) or named by
+   * a commit on the change feed (`feed`): a fetch soon after uses the other nodes among them (none: it
+   * asks the directory then).
    */
-  noteHolders(sha: string, holders: readonly string[]): void {
+  noteHolders(sha: string, holders: readonly string[], from: 'resolve' | 'feed' = 'resolve'): void {
     if (this.closed) return;
     this.noted.delete(sha);
     const others = holders.filter((n) => n !== this.node);
     if (others.length === 0) return;
-    this.noted.set(sha, { holders: others, atMs: Date.now() });
+    this.noted.set(sha, { holders: others, untilMs: Date.now() + (from === 'feed' ? HOLDERS_FED_MS : HOLDERS_NOTED_MS) });
     if (this.noted.size > HOLDERS_NOTED_MAX) this.noted.delete(this.noted.keys().next().value as string);
   }
 

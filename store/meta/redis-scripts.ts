@@ -36,10 +36,12 @@ local function notify_holders(sha)
   redis.call('DEL', lk, dk)
 end
 -- Every change of a name or directory, told to the other nodes (watchChanges): the origin (the
--- caller's last argument), the kind, the names, NUL-separated. Queued before the caller's reply.
-local function changed(kind, a, b)
-  redis.call('PUBLISH', P .. 'changes', ARGV[#ARGV] .. '\0' .. kind .. '\0' .. a .. (b and ('\0' .. b) or ''))
+-- caller's last argument), the kind, then its fields (names; a file's new version as its member, and
+-- the node that holds its content in DRAM), NUL-separated. Queued before the caller's reply.
+local function changed(kind, ...)
+  redis.call('PUBLISH', P .. 'changes', table.concat({ ARGV[#ARGV], kind, ... }, '\0'))
 end
+local function member(v, sha, size, t, ino) return s(v) .. ':' .. sha .. ':' .. s(size) .. ':' .. s(t) .. ':' .. s(ino) end
 local function vkey(name) return P .. 'v:' .. name end
 local function bkey(sha) return P .. 'b:' .. sha end
 local function skey(sha) return P .. 's:' .. sha end
@@ -104,7 +106,7 @@ local function add_version(name, sha, size, t, keep, ino, released)
   end
   local v = tonumber(last) + 1
   redis.call('HSET', P .. 'last', name, s(v))
-  redis.call('ZADD', vk, s(v), s(v) .. ':' .. sha .. ':' .. s(size) .. ':' .. s(t) .. ':' .. s(ino))
+  redis.call('ZADD', vk, s(v), member(v, sha, size, t, ino))
   redis.call('SADD', skey(sha), name .. '\\0' .. s(v))
   redis.call('HINCRBY', T, 'versions', 1)
   redis.call('HINCRBY', T, 'logical', s(size))
@@ -159,8 +161,12 @@ if not ino then return redis.error_reply('ENOSPC inode numbers are used up') end
 local released = {}
 local r = add_version(name, sha, size, t, keep, ino, released)
 if ARGV[8] ~= '' then redis.call('HSET', P .. 'loc:' .. sha, ARGV[8], ARGV[9]) end
-if ARGV[11] ~= '' and redis.call('EXISTS', bkey(sha)) == 1 then redis.call('SADD', P .. 'dram:' .. sha, ARGV[11]) end
-changed('f', name)
+local holder = ''
+if ARGV[11] ~= '' and redis.call('EXISTS', bkey(sha)) == 1 then
+  redis.call('SADD', P .. 'dram:' .. sha, ARGV[11])
+  holder = ARGV[11]
+end
+changed('f', name, member(r[1], sha, size, r[2], r[3]), holder)
 for _, x in ipairs(released) do table.insert(r, x) end
 return r
 `;
@@ -178,7 +184,7 @@ local r = add_version(to, sha, size, t, keep, ino, released)
 local mode = redis.call('HGET', P .. 'modes', from)
 if mode then redis.call('HSET', P .. 'modes', to, mode) else redis.call('HDEL', P .. 'modes', to) end
 drop_name(from, released)
-changed('r', from, to)
+changed('r', from, to, member(r[1], sha, size, r[2], r[3]))
 table.insert(r, sha)
 table.insert(r, size)
 for _, x in ipairs(released) do table.insert(r, x) end

@@ -174,10 +174,23 @@ const CHANGE_KINDS: Record<string, NameChange['kind']> = { f: 'file', x: 'remove
 
 /** A change message of the scripts' changed(): undefined for this client's own, or one it cannot read. */
 function parseChange(message: string, origin: string): NameChange | undefined {
-  const [from, k, name, to] = message.split('\0');
+  const [from, k, name, ...rest] = message.split('\0');
   const kind = CHANGE_KINDS[k];
   if (from === origin || kind === undefined || name === undefined) return undefined;
-  if (kind === 'renamed') return to === undefined ? undefined : { kind, name, to };
+  // The new version, where the script sent it: a message that garbles it still says what changed.
+  const version = (of: string, member: string | undefined): VersionRecord | undefined => {
+    if (member === undefined) return undefined;
+    try {
+      return parseMember(of, member);
+    } catch {
+      return undefined;
+    }
+  };
+  if (kind === 'renamed') {
+    const to = rest[0];
+    return to === undefined ? undefined : { kind, name, to, version: version(to, rest[1]) };
+  }
+  if (kind === 'file') return { kind, name, version: version(name, rest[0]), dramHolder: rest[1] || undefined };
   return { kind, name };
 }
 

@@ -243,6 +243,36 @@ print("ok")
     assert.throws(() => fs.readFileSync(`${mnt('b')}/kv/m/ren/y`), /ENOENT/);
   });
 
+  it('a file A commits (or renames into place) in a directory B knows: B finds it, with its size and inode number, from the change feed alone', async function () {
+    fs.mkdirSync(`${mnt('a')}/kv/feed/d`, { recursive: true });
+    assert.deepEqual(fs.readdirSync(`${mnt('b')}/kv/feed/d`), [], 'B knows the directory, empty');
+    const data = seededBytes(77, 300_000);
+    fs.writeFileSync(`${mnt('a')}/kv/feed/d/tmp`, data);
+    fs.renameSync(`${mnt('a')}/kv/feed/d/tmp`, `${mnt('a')}/kv/feed/d/final`);
+    fs.writeFileSync(`${mnt('a')}/kv/feed/d/direct`, data.subarray(0, 1000));
+    const onA = (n: string) => fs.statSync(`${mnt('a')}/kv/feed/d/${n}`);
+    const want = { final: [onA('final').size, onA('final').ino], direct: [onA('direct').size, onA('direct').ino] };
+    await new Promise((r) => setTimeout(r, 300)); // the feed's messages reach B
+    // Redis stops answering (its connections stay open): B can answer only from what the feed told it.
+    redis.pause(true);
+    let r: ReturnType<typeof py>;
+    try {
+      r = py(`
+import os, json
+d = "${mnt('b')}/kv/feed/d"
+print(json.dumps({n: [os.stat(f"{d}/{n}").st_size, os.stat(f"{d}/{n}").st_ino, os.path.exists(f"{d}/{n}")] for n in ["final", "direct"]}))
+`, 20_000);
+    } finally {
+      redis.pause(false);
+    }
+    assert.equal(r.code, 0, `B answered without Redis: ${r.stderr}`);
+    const got = JSON.parse(r.stdout) as Record<string, [number, number, boolean]>;
+    assert.deepEqual(got, { final: [...want.final, true], direct: [...want.direct, true] });
+    assert.ok(fs.readFileSync(`${mnt('b')}/kv/feed/d/final`).equals(data), 'byte-exact on B');
+    assert.equal(fs.existsSync(`${mnt('b')}/kv/feed/d/tmp`), false, 'the temporary name is gone on B');
+    assert.deepEqual(fs.readdirSync(`${mnt('b')}/kv/feed/d`).sort(), ['direct', 'final']);
+  });
+
   it('files created on several nodes at once all exist everywhere, each with its own inode number', async function () {
     const writers = (['a', 'b', 'c'] as const).map((n) =>
       new Promise<number | null>((resolve) => {

@@ -83,6 +83,11 @@ export class RedisServers {
   }
 
   /** Kill server i (SIGKILL: no clean shutdown, the AOF is what survives). */
+  /** Stop (SIGSTOP) or resume (SIGCONT) server i: its clients' connections stay open, unanswered. */
+  pause(paused: boolean, i = 0): void {
+    this.procs[i]?.kill(paused ? 'SIGSTOP' : 'SIGCONT');
+  }
+
   async kill(i = 0): Promise<void> {
     const p = this.procs[i];
     if (p.exitCode !== null || p.signalCode !== null) return;
