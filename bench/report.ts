@@ -453,6 +453,16 @@ function fullCacheSections(reports: TrialReport[]): { lines: string[]; json: obj
 /** Global dedup and the scaling counts: what the cluster's figures do not say. */
 function clusterSections(reports: TrialReport[]): { lines: string[]; json: object } {
   const lines: string[] = [];
+  for (const r of reports.filter((x) => x.workload === 'read' && x.checks.remoteReaderCpuSecondsPerGB !== undefined)) {
+    const k = r.checks;
+    lines.push(
+      '',
+      `${r.name}, medians of the counted runs: CPU per GB read remotely: reader (b) ${String(k.remoteReaderCpuSecondsPerGB)} s, holder (a) ${String(k.remoteHolderCpuSecondsPerGB)} s ` +
+        `(every thread of each daemon, from the remote read's open to b's stats a moment after its close). Redis commands (INFO commandstats, every client: ` +
+        `a heartbeat in the window counts): the write on a (create, write, close) ${String(k.redisCommandsPerWrite)}, the remote read on b (open to close) ${String(k.redisCommandsPerRemoteRead)}, ` +
+        `a's read of its own block ${String(k.redisCommandsPerLocalRead)}.`,
+    );
+  }
   const dedup = reports.find((r) => r.workload === 'dedup');
   const put = dedup?.figures.find((f) => f.figure === 'put-duplicate');
   if (dedup && put) {

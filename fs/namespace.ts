@@ -12,6 +12,15 @@ import type { DirEntry, RemoteWatcher } from './types';
 export const LIST_PAGE = 10_000;
 /** Names a cluster node remembers as absent (see Namespace.absent). */
 const ABSENT_NAMES_MAX = 65_536;
+/** Directories a cluster node knows every entry of (see Namespace.complete). */
+const COMPLETE_DIRS_MAX = 65_536;
+
+/** A watch of one directory's names while it is listed or made (Namespace.watchDir). */
+export interface DirWatch {
+  prefix: string;
+  /** A change to a name at or under the directory was heard meanwhile (or the feed reset). */
+  changed: boolean;
+}
 /** Inode numbers reserved from the store at a time for new files and directories. */
 const INODE_BATCH = 1024;
 
@@ -127,6 +136,16 @@ export class Namespace {
    * answered while one came in is not remembered.
    */
   private readonly absent = new LRUCache<string, true>({ max: ABSENT_NAMES_MAX });
+  /**
+   * Shared namespace with the change feed: directories whose every entry the tree holds, because this
+   * node listed them from the store (syncDir) or made them empty (mkdir) with no change under them
+   * heard meanwhile, and follows every change since. A name the tree lacks in one is absent without
+   * asking the store. A change the tree cannot follow at once (a directory made elsewhere, a name
+   * in a directory the tree lacks) drops the directories above it; a feed reset drops them all.
+   */
+  private readonly complete = new LRUCache<string, true>({ max: COMPLETE_DIRS_MAX });
+  /** Directories being listed or made (watchDir): changes heard under them are noted. */
+  private readonly watches = new Set<DirWatch>();
   private changeSeq = 0;
   /** The engine's watcher of other nodes' changes (watchRemote), and how this stops hearing the store's. */
   private remoteWatcher: RemoteWatcher | undefined;
@@ -147,6 +166,8 @@ export class Namespace {
         reset: () => {
           this.changeSeq++;
           this.absent.clear();
+          this.complete.clear();
+          for (const w of this.watches) w.changed = true;
           this.remoteWatcher?.reset();
         },
       });
@@ -174,6 +195,7 @@ export class Namespace {
     // The name, and the directories above it (which may exist through it now).
     for (const n of c.kind === 'renamed' ? [c.name, c.to] : [c.name]) {
       for (let i = n.length; i > 0; i = n.lastIndexOf('/', i - 1)) this.absent.delete(n.slice(0, i));
+      for (const w of this.watches) if (n.startsWith(w.prefix) || `${n}/` === w.prefix) w.changed = true;
     }
     const w = this.remoteWatcher;
     const leaves = (rel: string) => {
@@ -182,6 +204,7 @@ export class Namespace {
     switch (c.kind) {
       case 'file':
         if (c.version !== undefined) this.adoptNow(c.name);
+        this.followed(c.name);
         w?.changed(kvPath(c.name), false);
         break;
       case 'removed':
@@ -191,13 +214,16 @@ export class Namespace {
       case 'renamed':
         leaves(c.name);
         if (c.version !== undefined) this.adoptNow(c.to);
+        this.followed(c.to);
         w?.changed(kvPath(c.name), false);
         w?.changed(kvPath(c.to), false);
         break;
       case 'dirMade':
+        this.followed(c.name);
         w?.changed(kvPath(c.name), false);
         break;
       case 'dirRemoved':
+        this.complete.delete(c.name);
         if (this.tree.kindOf(c.name) === 'dir' && this.tree.children(c.name).size === 0) this.tree.removeDir(c.name);
         this.dirModes.delete(c.name);
         w?.changed(kvPath(c.name), true);
@@ -225,8 +251,9 @@ export class Namespace {
   async kindOf(rel: string, resolved?: { version?: VersionRecord }): Promise<'dir' | 'file' | undefined> {
     const known = this.tree.kindOf(rel);
     if (known !== undefined || !this.sharedNamespace || rel === '' || !validDirName(rel)) return known;
-    // Absent a moment ago, and no other node has made it since (the change feed would have said).
-    if (this.absent.has(rel)) return undefined;
+    // Absent a moment ago, and no other node has made it since (the change feed would have said);
+    // or in a directory whose every entry the tree holds.
+    if (this.absent.has(rel) || this.inCompleteDir(rel)) return undefined;
     const seq = this.changeSeq;
     const found = await this.store.lookup(rel);
     // The caller's request may use the version just read instead of asking the store again.
@@ -245,6 +272,48 @@ export class Namespace {
   /** A directory's entries in the tree. */
   entries(rel: string): DirEntry[] {
     return [...this.tree.children(rel)].map(([name, kind]) => ({ name, kind }));
+  }
+
+  /**
+   * Another node made `rel` (a file or a directory): where the tree does not hold it now, the
+   * directories above it no longer have every entry in the tree.
+   */
+  private followed(rel: string): void {
+    if (this.tree.kindOf(rel) !== undefined || this.complete.size === 0) return;
+    for (let i = rel.lastIndexOf('/'); i > 0; i = rel.lastIndexOf('/', i - 1)) this.complete.delete(rel.slice(0, i));
+    this.complete.delete('');
+  }
+
+  /**
+   * Start noting changes under directory `rel` while it is listed or made; completeIf() then marks it
+   * complete when none came. Every watch ends in completeIf() or endWatch().
+   */
+  watchDir(rel: string): DirWatch {
+    const w = { prefix: rel === '' ? '' : `${rel}/`, changed: false };
+    this.watches.add(w);
+    return w;
+  }
+
+  endWatch(w: DirWatch): void {
+    this.watches.delete(w);
+  }
+
+  /** The tree holds every entry of `rel` now (listed, or made empty): see `complete`. */
+  completeIf(rel: string, w: DirWatch): void {
+    this.watches.delete(w);
+    if (!w.changed && this.unwatchStore !== undefined && this.tree.kindOf(rel) === 'dir') this.complete.set(rel, true);
+  }
+
+  /** A directory removed or moved here: what was known complete of it and below it is dropped. */
+  forgetDirs(rel: string): void {
+    for (const d of [...this.complete.keys()]) if (d === rel || d.startsWith(`${rel}/`)) this.complete.delete(d);
+  }
+
+  /** Whether the tree holds every entry of the directory that would hold `rel` (see `complete`). */
+  private inCompleteDir(rel: string): boolean {
+    const slash = rel.lastIndexOf('/');
+    const parent = slash < 0 ? '' : rel.slice(0, slash);
+    return this.complete.has(parent) && (parent === '' || this.tree.kindOf(parent) === 'dir');
   }
 
   /**
@@ -274,6 +343,17 @@ export class Namespace {
    * other nodes). Directories made here with mkdir and files being written here stay.
    */
   async syncDir(rel: string): Promise<void> {
+    const watch = this.watchDir(rel);
+    try {
+      await this.syncDirWatched(rel);
+    } catch (e) {
+      this.endWatch(watch);
+      throw e;
+    }
+    this.completeIf(rel, watch);
+  }
+
+  private async syncDirWatched(rel: string): Promise<void> {
     const prefix = rel === '' ? '' : `${rel}/`;
     const files = new Set<string>();
     const dirs = new Set<string>();

@@ -25,19 +25,27 @@ export class TreeOps {
     const rel = kvRel(path, 'mkdir');
     if (rel === '') throw new CascadeError('EEXIST', '/kv exists');
     validateDirName(rel);
-    // With a shared namespace another node may have made it (or a file there) since the kernel looked.
-    if (this.sharedNamespace && (await this.ns.kindOf(rel)) !== undefined) throw new CascadeError('EEXIST', `/kv/${rel} exists`);
-    const ino = await this.inodes.take();
-    this.tree.addDir(rel, ino); // EEXIST, ENOENT (no parent), ENOTDIR before anything is kept
-    const perms = mode & 0o7777;
+    // Changes under it from here on are noted: made empty with none heard, the tree holds all of it.
+    const watch = this.ns.watchDir(rel);
     try {
-      // Kept in the metadata: an empty directory survives a restart and is seen by every node.
-      await this.store.makeDir(rel, perms);
+      // With a shared namespace another node may have made it (or a file there) since the kernel looked.
+      if (this.sharedNamespace && (await this.ns.kindOf(rel)) !== undefined) throw new CascadeError('EEXIST', `/kv/${rel} exists`);
+      const ino = await this.inodes.take();
+      this.tree.addDir(rel, ino); // EEXIST, ENOENT (no parent), ENOTDIR before anything is kept
+      const perms = mode & 0o7777;
+      try {
+        // Kept in the metadata: an empty directory survives a restart and is seen by every node.
+        await this.store.makeDir(rel, perms);
+      } catch (e) {
+        this.tree.removeDir(rel);
+        throw e;
+      }
+      this.attrs.dirModes.set(rel, perms);
     } catch (e) {
-      this.tree.removeDir(rel);
+      this.ns.endWatch(watch);
       throw e;
     }
-    this.attrs.dirModes.set(rel, perms);
+    this.ns.completeIf(rel, watch);
   }
 
   async rmdir(path: string): Promise<void> {
@@ -56,6 +64,7 @@ export class TreeOps {
     await this.store.removeDir(rel);
     this.attrs.dirModes.delete(rel);
     this.tree.removeDir(rel);
+    this.ns.forgetDirs(rel);
   }
 
   async unlink(path: string): Promise<void> {
@@ -135,6 +144,8 @@ export class TreeOps {
     }
     this.tree.moveDir(src, dst);
     this.hidden.moveDir(src, dst);
+    this.ns.forgetDirs(src);
+    this.ns.forgetDirs(dst);
   }
 
   /** The directory records (makeDir) of `rel` and of every directory under it, with their modes. */

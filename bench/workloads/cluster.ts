@@ -94,6 +94,8 @@ function loads(mnt: string): { shared: number; remote: number } {
 interface Cluster {
   /** A node's mount point ('s': the single-node mount beside the cluster). */
   mnt(node: string): string;
+  /** A node's daemon process. */
+  pid(node: string): number;
   shared: string;
   url: string;
   redisPort: number;
@@ -123,12 +125,39 @@ async function withCluster<T>(scratchDir: string, f: (c: Cluster) => Promise<T>)
     nodes.s = new Daemon(single, path.join(scratchDir, 'data-s'), ['--dram', '1G']);
     await nodes.s.start();
     if (nodes.s.proc?.pid !== undefined) fs.appendFileSync(trialLayout(scratchDir).pidFile, `${nodes.s.proc?.pid}\n`);
-    return await f({ mnt: (n) => nodes[n].mnt, shared, url, redisPort: redis.ports[0] });
+    return await f({ mnt: (n) => nodes[n].mnt, pid: (n) => nodes[n].proc!.pid!, shared, url, redisPort: redis.ports[0] });
   } finally {
     for (const d of Object.values(nodes)) await d.stop();
     await redis.stop();
   }
 }
+
+/** CPU time a process has used, all its threads, in ns (the first field of each thread's schedstat). */
+function cpuNs(pid: number): number {
+  let ns = 0;
+  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(fs.readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return ns;
+}
+
+/**
+ * Commands the Redis server has run so far, every client (INFO commandstats). Between two calls the
+ * difference less one is what ran between them (the first INFO counts itself).
+ */
+async function redisCalls(client: Redis): Promise<number> {
+  const info = await client.info('commandstats');
+  let calls = 0;
+  for (const m of info.matchAll(/calls=(\d+)/g)) calls += Number(m[1]);
+  return calls;
+}
+
+const round2 = (x: number) => Math.round(x * 100) / 100;
+const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
 
 const figure = (name: string, label: string, bytesPerRun: number, timesMs: number[], opsPerRun = 1): FigureSamples => ({ figure: name, label, unit: 'GB/s', bytesPerRun, opsPerRun, timesMs });
 
@@ -137,6 +166,9 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
   const meta = await RedisMeta.connect(parseRedisUrl(c.url));
   const client = new Redis({ host: '127.0.0.1', port: c.redisPort });
   const times = { cold: [] as number[], remote: [] as number[], local: [] as number[], single: [] as number[], raw: [] as number[], get: [] as number[] };
+  // Per counted run: CPU seconds per GB of the remote read (reader b, holder a), and Redis commands
+  // (every client, so a heartbeat in the window counts too: the medians are reported) per step.
+  const costs = { readerCpu: [] as number[], holderCpu: [] as number[], redisWrite: [] as number[], redisRemote: [] as number[], redisLocal: [] as number[] };
   try {
     const dir = `kv/bench/s${size}`;
     fs.mkdirSync(path.join(c.mnt('a'), dir), { recursive: true });
@@ -146,14 +178,31 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
       const data = crypto.randomBytes(size);
       const sha = sha256Hex(data);
       const rel = `${dir}/r${i}`;
+      const callsBeforeWrite = await redisCalls(client);
       fs.writeFileSync(path.join(c.mnt('a'), rel), data);
+      const callsAfterWrite = await redisCalls(client);
       for (const f of segmentFiles(path.join(c.shared, 'nodes', 'a'))) dropPageCache(f);
       const cold = timeRead(path.join(c.mnt('d'), rel), sha, size);
       const before = loads(c.mnt('b')).remote;
+      const callsBeforeRemote = await redisCalls(client);
+      const cpuBefore = [cpuNs(c.pid('b')), cpuNs(c.pid('a'))];
       const remote = timeRead(path.join(c.mnt('b'), rel), sha, size);
+      // b computes the SHA-256 beside the read and drops its copy after: counted once that is done.
       await settleStats();
+      const cpuAfter = [cpuNs(c.pid('b')), cpuNs(c.pid('a'))];
+      const callsAfterRemote = await redisCalls(client);
       if (loads(c.mnt('b')).remote !== before + 1) throw new Error(`the read on b was not a remote DRAM read (${before} -> ${loads(c.mnt('b')).remote})`);
+      const callsBeforeLocal = await redisCalls(client);
       const local = timeRead(path.join(c.mnt('a'), rel), sha, size);
+      const callsAfterLocal = await redisCalls(client);
+      if (counted) {
+        const perGB = (ns: number) => ns / 1e9 / (size / 1e9);
+        costs.readerCpu.push(perGB(cpuAfter[0] - cpuBefore[0]));
+        costs.holderCpu.push(perGB(cpuAfter[1] - cpuBefore[1]));
+        costs.redisWrite.push(callsAfterWrite - callsBeforeWrite - 1);
+        costs.redisRemote.push(callsAfterRemote - callsBeforeRemote - 1);
+        costs.redisLocal.push(callsAfterLocal - callsBeforeLocal - 1);
+      }
       // The same on the single-node mount: the block written there, read back as a reads its own.
       fs.writeFileSync(path.join(c.mnt('s'), rel), data);
       const single = timeRead(path.join(c.mnt('s'), rel), sha, size);
@@ -188,8 +237,8 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
   const tcp = await iperf3Limit({ seconds: PEER_SECONDS, addr: FABRIC_ADDR });
   return {
     figures: [
-      figure('remote', "read on b of a block in a's DRAM (remote DRAM tier): hold + fi_read into b's arena + SHA-256 check + read through the mount", size, times.remote),
-      figure('shared-cold', "read on d of a block a wrote (shared tier, cold): d has no fabric; a's segments dropped from the page cache; d checks the SHA-256", size, times.cold),
+      figure('remote', "read on b of a block in a's DRAM (remote DRAM tier): hold + fi_reads into b's arena, each piece served once it passes its CRC-32C (the SHA-256 beside) + read through the mount", size, times.remote),
+      figure('shared-cold', "read on d of a block a wrote (shared tier, cold): d has no fabric; a's segments dropped from the page cache; each piece served once it passes its CRC-32C", size, times.cold),
       figure('local', "read on a (the writer's DRAM, local, hot)", size, times.local),
       figure('single-node', 'the same on a single-node mount beside the cluster: a block written there, read back (hot)', size, times.single),
       figure('segment-read', "peer: plain read of the record from a's segment file, cold (the disk limit for the cold read)", size, times.raw),
@@ -198,7 +247,14 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
       figure('fi_read', `peer: fi_read loop between two processes (C++, libfabric tcp;ofi_rxm on ${FABRIC_ADDR}), ${fi.blocks} blocks in ${PEER_SECONDS} s`, size, [fi.meanBlockMs]),
       figure('iperf3', `peer: iperf3 TCP, one stream, ${FABRIC_ADDR}, ${PEER_SECONDS} s (1 GB at its rate)`, 1e9, [1000 / tcp.GBps]),
     ],
-    checks: { contentVerified: true, fiReadBlocks: fi.blocks, fabric: `a, b, c: tcp;ofi_rxm on ${FABRIC_ADDR} (b: --remote-promote-after 1000000); d: --fabric off`, dramPerNode: '1 GiB' },
+    checks: {
+      remoteReaderCpuSecondsPerGB: round2(median(costs.readerCpu)),
+      remoteHolderCpuSecondsPerGB: round2(median(costs.holderCpu)),
+      redisCommandsPerWrite: median(costs.redisWrite),
+      redisCommandsPerRemoteRead: median(costs.redisRemote),
+      redisCommandsPerLocalRead: median(costs.redisLocal),
+      contentVerified: true,
+      fiReadBlocks: fi.blocks, fabric: `a, b, c: tcp;ofi_rxm on ${FABRIC_ADDR} (b: --remote-promote-after 1000000); d: --fabric off`, dramPerNode: '1 GiB' },
   };
 }
 

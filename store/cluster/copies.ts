@@ -18,6 +18,8 @@ import type { RemoteDram } from './remote';
 const BORROWED_GRACE_MS = 1_000;
 /** Blocks whose places on the shared tier a node remembers (reads still check every byte). */
 const PLACEMENT_CACHE_ENTRIES = 65_536;
+/** Place lookups prefetchPlaces keeps in flight at most (past it, the first read looks a block up). */
+const LOCATING_MAX = 1_024;
 
 export type ClusterConfig = NonNullable<StoreConfig['cluster']>;
 
@@ -28,6 +30,8 @@ export class PeerCopies implements ClusterCopies {
    * again.
    */
   private readonly placements = new LRUCache<string, BlockPlacement[]>({ max: PLACEMENT_CACHE_ENTRIES });
+  /** Blocks whose places prefetchPlaces is asking for now. */
+  private readonly locating = new Set<string>();
   /**
    * Copies fetched from a peer's DRAM that were not read often enough here to keep (RemotePromotion):
    * dropped when the last reader lets go, and never advertised to other nodes.
@@ -82,11 +86,16 @@ export class PeerCopies implements ClusterCopies {
 
   /** Off an open's path: where to read a block this node lacks, so the handle does not depend on Redis later. */
   prefetchPlaces(sha: string): void {
-    if (this.placements.has(sha)) return;
-    this.c.directory.locate(sha).then(
-      (places) => places.length > 0 && this.placements.set(sha, places),
-      () => undefined, // the first read looks it up again, and reports the failure
-    );
+    // One look per block at a time (a lookup and the open after it both ask).
+    if (this.placements.has(sha) || this.locating.has(sha) || this.locating.size >= LOCATING_MAX) return;
+    this.locating.add(sha);
+    this.c.directory
+      .locate(sha)
+      .then(
+        (places) => places.length > 0 && this.placements.set(sha, places),
+        () => undefined, // the first read looks it up again, and reports the failure
+      )
+      .finally(() => this.locating.delete(sha));
   }
 
   /**

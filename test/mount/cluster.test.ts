@@ -273,6 +273,47 @@ print(json.dumps({n: [os.stat(f"{d}/{n}").st_size, os.stat(f"{d}/{n}").st_ino, o
     assert.deepEqual(fs.readdirSync(`${mnt('b')}/kv/feed/d`).sort(), ['direct', 'final']);
   });
 
+  it('a directory a node listed or made empty answers absent names itself, and still finds what other nodes make in it', async function () {
+    const base = 'kv/complete';
+    fs.mkdirSync(`${mnt('a')}/${base}/d`, { recursive: true }); // made empty on A
+    assert.deepEqual(fs.readdirSync(`${mnt('b')}/${base}/d`), [], 'listed on B');
+    const exists = (n: 'a' | 'b', names: string[]) =>
+      py(`
+import os, json, errno
+def what(p):
+    try:
+        os.stat(p)
+        return "exists"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(json.dumps([what("${mnt(n)}/${base}/d/" + x) for x in ${JSON.stringify(names)}]))
+`, 20_000);
+    // Redis stops answering: absent names in those directories are answered from the tree alone.
+    redis.pause(true);
+    let onA: ReturnType<typeof py>;
+    let onB: ReturnType<typeof py>;
+    try {
+      onA = exists('a', ['nope', 'x.tmp']);
+      onB = exists('b', ['nope', 'x.tmp']);
+    } finally {
+      redis.pause(false);
+    }
+    assert.equal(onA.code, 0, `A answered without Redis: ${onA.stderr}`);
+    assert.equal(onB.code, 0, `B answered without Redis: ${onB.stderr}`);
+    assert.deepEqual([JSON.parse(onA.stdout), JSON.parse(onB.stdout)], [['ENOENT', 'ENOENT'], ['ENOENT', 'ENOENT']]);
+    // What other nodes make there is found: a file (its version comes with the change) and a
+    // directory (the tree cannot take it from the change alone: the next lookup asks Redis).
+    fs.writeFileSync(`${mnt('a')}/${base}/d/x`, 'from A');
+    fs.mkdirSync(`${mnt('c')}/${base}/d/sub`);
+    fs.writeFileSync(`${mnt('c')}/${base}/d/sub/y`, 'from C');
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(fs.readFileSync(`${mnt('b')}/${base}/d/x`, 'utf8'), 'from A');
+    assert.ok(fs.statSync(`${mnt('b')}/${base}/d/sub`).isDirectory(), 'a directory C made in it is found on B');
+    assert.ok(fs.statSync(`${mnt('a')}/${base}/d/sub`).isDirectory(), 'and on A');
+    assert.equal(fs.readFileSync(`${mnt('a')}/${base}/d/sub/y`, 'utf8'), 'from C');
+    assert.deepEqual(fs.readdirSync(`${mnt('b')}/${base}/d`).sort(), ['sub', 'x']);
+  });
+
   it('files created on several nodes at once all exist everywhere, each with its own inode number', async function () {
     const writers = (['a', 'b', 'c'] as const).map((n) =>
       new Promise<number | null>((resolve) => {
