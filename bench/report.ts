@@ -457,9 +457,9 @@ function clusterSections(reports: TrialReport[]): { lines: string[]; json: objec
     const k = r.checks;
     lines.push(
       '',
-      `${r.name}, medians of the counted runs: CPU per GB read remotely: reader (b) ${String(k.remoteReaderCpuSecondsPerGB)} s, holder (a) ${String(k.remoteHolderCpuSecondsPerGB)} s ` +
-        `(every thread of each daemon, from the remote read's open to b's stats a moment after its close). Redis commands (INFO commandstats, every client: ` +
-        `a heartbeat in the window counts): the write on a (create, write, close) ${String(k.redisCommandsPerWrite)}, the remote read on b (open to close) ${String(k.redisCommandsPerRemoteRead)}, ` +
+      `${r.name}: CPU per GB read remotely (medians of the counted runs): reader (b) ${String(k.remoteReaderCpuSecondsPerGB)} s, holder (a) ${String(k.remoteHolderCpuSecondsPerGB)} s ` +
+        `(every thread of each daemon, from the remote read's open to b's stats a moment after its close). Redis commands clients sent (a MONITOR connection, one more block after the timed runs; ` +
+        `commands inside a script not counted, a heartbeat in the window counted): the write on a (create, write, close) ${String(k.redisCommandsPerWrite)}, the remote read on b (open to close) ${String(k.redisCommandsPerRemoteRead)}, ` +
         `a's read of its own block ${String(k.redisCommandsPerLocalRead)}.`,
     );
   }

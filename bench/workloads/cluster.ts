@@ -44,6 +44,8 @@ const PREFIX_BLOCKS = 16;
 const PREFIX_BLOCK_BYTES = 2 * MiB;
 /** stats.json snapshots are 100 ms old at most. */
 const STATS_SETTLE_MS = 150;
+/** Long enough for a MONITOR connection to start listening, and for a step's commands to reach it. */
+const MONITOR_SETTLE_MS = 100;
 
 const sha256Hex = (data: Buffer) => crypto.createHash('sha256').update(data).digest('hex');
 const settleStats = () => new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
@@ -146,14 +148,25 @@ function cpuNs(pid: number): number {
 }
 
 /**
- * Commands the Redis server has run so far, every client (INFO commandstats). Between two calls the
- * difference less one is what ran between them (the first INFO counts itself).
+ * Commands clients sent to Redis while `f` ran (a MONITOR connection sees each, and each command a
+ * script runs as coming from "lua": those are not counted). Every client counts: a heartbeat that
+ * falls in the window does too.
  */
-async function redisCalls(client: Redis): Promise<number> {
-  const info = await client.info('commandstats');
-  let calls = 0;
-  for (const m of info.matchAll(/calls=(\d+)/g)) calls += Number(m[1]);
-  return calls;
+async function redisCommandsDuring(client: Redis, f: () => void): Promise<number> {
+  const monitor = await client.monitor();
+  let sent = 0;
+  monitor.on('monitor', (_time: string, _args: string[], source: string) => {
+    if (source !== 'lua') sent++;
+  });
+  try {
+    await new Promise((r) => setTimeout(r, MONITOR_SETTLE_MS)); // the monitor is listening
+    sent = 0;
+    f();
+    await new Promise((r) => setTimeout(r, MONITOR_SETTLE_MS)); // what the step sent has arrived
+    return sent;
+  } finally {
+    monitor.disconnect();
+  }
 }
 
 const round2 = (x: number) => Math.round(x * 100) / 100;
@@ -166,9 +179,9 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
   const meta = await RedisMeta.connect(parseRedisUrl(c.url));
   const client = new Redis({ host: '127.0.0.1', port: c.redisPort });
   const times = { cold: [] as number[], remote: [] as number[], local: [] as number[], single: [] as number[], raw: [] as number[], get: [] as number[] };
-  // Per counted run: CPU seconds per GB of the remote read (reader b, holder a), and Redis commands
-  // (every client, so a heartbeat in the window counts too: the medians are reported) per step.
-  const costs = { readerCpu: [] as number[], holderCpu: [] as number[], redisWrite: [] as number[], redisRemote: [] as number[], redisLocal: [] as number[] };
+  // Per counted run: CPU seconds per GB of the remote read (reader b, holder a).
+  const costs = { readerCpu: [] as number[], holderCpu: [] as number[] };
+  const commands = { write: -1, remoteRead: -1, localRead: -1 };
   try {
     const dir = `kv/bench/s${size}`;
     fs.mkdirSync(path.join(c.mnt('a'), dir), { recursive: true });
@@ -178,30 +191,21 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
       const data = crypto.randomBytes(size);
       const sha = sha256Hex(data);
       const rel = `${dir}/r${i}`;
-      const callsBeforeWrite = await redisCalls(client);
       fs.writeFileSync(path.join(c.mnt('a'), rel), data);
-      const callsAfterWrite = await redisCalls(client);
       for (const f of segmentFiles(path.join(c.shared, 'nodes', 'a'))) dropPageCache(f);
       const cold = timeRead(path.join(c.mnt('d'), rel), sha, size);
       const before = loads(c.mnt('b')).remote;
-      const callsBeforeRemote = await redisCalls(client);
       const cpuBefore = [cpuNs(c.pid('b')), cpuNs(c.pid('a'))];
       const remote = timeRead(path.join(c.mnt('b'), rel), sha, size);
       // b computes the SHA-256 beside the read and drops its copy after: counted once that is done.
       await settleStats();
       const cpuAfter = [cpuNs(c.pid('b')), cpuNs(c.pid('a'))];
-      const callsAfterRemote = await redisCalls(client);
       if (loads(c.mnt('b')).remote !== before + 1) throw new Error(`the read on b was not a remote DRAM read (${before} -> ${loads(c.mnt('b')).remote})`);
-      const callsBeforeLocal = await redisCalls(client);
       const local = timeRead(path.join(c.mnt('a'), rel), sha, size);
-      const callsAfterLocal = await redisCalls(client);
       if (counted) {
         const perGB = (ns: number) => ns / 1e9 / (size / 1e9);
         costs.readerCpu.push(perGB(cpuAfter[0] - cpuBefore[0]));
         costs.holderCpu.push(perGB(cpuAfter[1] - cpuBefore[1]));
-        costs.redisWrite.push(callsAfterWrite - callsBeforeWrite - 1);
-        costs.redisRemote.push(callsAfterRemote - callsBeforeRemote - 1);
-        costs.redisLocal.push(callsAfterLocal - callsBeforeLocal - 1);
       }
       // The same on the single-node mount: the block written there, read back as a reads its own.
       fs.writeFileSync(path.join(c.mnt('s'), rel), data);
@@ -229,6 +233,13 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
       times.raw.push(raw);
       times.get.push(get);
     }
+    // Untimed, after the timed runs: Redis commands of each step for one more block (a MONITOR
+    // connection slows Redis down, so it is not open while anything is timed).
+    const data = crypto.randomBytes(size);
+    const rel = `${dir}/counted`;
+    commands.write = await redisCommandsDuring(client, () => fs.writeFileSync(path.join(c.mnt('a'), rel), data));
+    commands.remoteRead = await redisCommandsDuring(client, () => fs.readFileSync(path.join(c.mnt('b'), rel)));
+    commands.localRead = await redisCommandsDuring(client, () => fs.readFileSync(path.join(c.mnt('a'), rel)));
   } finally {
     await meta.close();
     client.disconnect();
@@ -250,9 +261,9 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
     checks: {
       remoteReaderCpuSecondsPerGB: round2(median(costs.readerCpu)),
       remoteHolderCpuSecondsPerGB: round2(median(costs.holderCpu)),
-      redisCommandsPerWrite: median(costs.redisWrite),
-      redisCommandsPerRemoteRead: median(costs.redisRemote),
-      redisCommandsPerLocalRead: median(costs.redisLocal),
+      redisCommandsPerWrite: commands.write,
+      redisCommandsPerRemoteRead: commands.remoteRead,
+      redisCommandsPerLocalRead: commands.localRead,
       contentVerified: true,
       fiReadBlocks: fi.blocks, fabric: `a, b, c: tcp;ofi_rxm on ${FABRIC_ADDR} (b: --remote-promote-after 1000000); d: --fabric off`, dramPerNode: '1 GiB' },
   };
