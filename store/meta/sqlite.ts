@@ -6,17 +6,19 @@
  * loss; sync() makes every earlier commit durable against power loss too (see there).
  *
  * Group commit (`groupCommitMs`; by default GROUP_COMMIT_DELAY_MS with a journal, off without one):
- * new versions (`commit`, a close) and inode reservations run as savepoints inside one open transaction
- * that commits `groupCommitMs` after its first mutation, at GROUP_COMMIT_MAX_MUTATIONS, at
- * sync()/close()/snapshot, or with the next mutation of any other kind. Reads on this connection (the only one: exclusive locking) see every
- * mutation at once; a failing mutation rolls back only its savepoint. Without a journal a crash of the
- * process loses at most the open group, i.e. versions closed but not fsynced, which the contract does not promise (fsync
- * calls sync()). Every other mutation commits before it returns, with the group: a rename of an
- * fsynced file, an unlink, a pin survive kill -9 once they return, as with one commit each. One commit
+ * new versions (`commit`, a close), inode reservations and, with a journal, renames and removals run
+ * as savepoints inside one open transaction that commits `groupCommitMs` after its first mutation, at
+ * GROUP_COMMIT_MAX_MUTATIONS, at sync()/close()/snapshot, or with the next mutation of any other kind.
+ * Reads on this connection (the only one: exclusive locking) see every mutation at once; a failing
+ * mutation rolls back only its savepoint. Without a journal a crash of the process loses at most the
+ * open group, i.e. versions closed but not fsynced, which the contract does not promise (fsync calls
+ * sync()); every other mutation commits before it returns, with the group: a rename of an fsynced
+ * file, an unlink, a pin survive kill -9 once they return, as with one commit each. One commit
  * of a small create alone appends ~8 WAL pages (four b-trees); a group shares them, which was most of
  * a create's metadata cost. With a journal nothing is lost even then: each grouped mutation is
  * journaled before it returns and the next open applies the journal's entries past the database
- * (replayJournal), so every close that returned survives a crash of the process, grouped or not.
+ * (replayJournal), so every close, rename and unlink that returned survives a crash of the process,
+ * grouped or not.
  * Without a journal the open group is lost with the process, and a block shared by several names can
  * then stay for some of them and go for others (the model test found it): off there.
  *
@@ -75,6 +77,8 @@ export const GROUP_COMMIT_MAX_MS = 1000;
 const GROUP_COMMIT_MAX_MUTATIONS = 256;
 /** The mutations that may wait in the group (see the header); any other commits it. */
 const GROUPED_OPS: ReadonlySet<JournalOp['op']> = new Set(['commit', 'allocateInodes']);
+/** And these with a journal, which replays them after a crash (without one, a rename that returned must survive). */
+const JOURNALED_GROUPED_OPS: ReadonlySet<JournalOp['op']> = new Set(['rename', 'remove']);
 
 
 export interface SqliteMetaOptions {
@@ -648,7 +652,8 @@ export class SqliteMeta implements MetaEngine {
    * once the transaction has committed; a throw rolls back both.
    */
   private mutate<T>(op: JournalOp, replaySeq: number | undefined, body: (counts: MetaTotals) => T): T {
-    const groupable = this.groupCommitMs > 0 && !this.snapshotting && !this.replaying && GROUPED_OPS.has(op.op);
+    const groupable =
+      this.groupCommitMs > 0 && !this.snapshotting && !this.replaying && (GROUPED_OPS.has(op.op) || (this.journal !== undefined && JOURNALED_GROUPED_OPS.has(op.op)));
     if (groupable && this.group === undefined) {
       assert(!this.db.inTransaction, 'a transaction is open outside a group');
       this.db.exec('BEGIN IMMEDIATE');
