@@ -21,7 +21,7 @@ export const SUITES = {
   },
   /** The side-by-side benchmark: Cascade's engines and client next to real peers (`npm run bench`). */
   peers: {
-    workloads: ['hot-read', 'cold-read', 'write', 'dup-write', 'contention', 'capacity', 'meta', 'rename-race'],
+    workloads: ['hot-read', 'cold-read', 'write', 'dup-write', 'contention', 'capacity', 'meta', 'rename-race', 'per-file'],
     systems: ['tmpfs', 'disk', 'bindfs', 'redis', 'h5py', 'cascade', 'cascade-uring', 'cascade-passthrough', 'cascade-fuse-native', 'cascade-client'],
   },
   /** The native addon on and off (CASCADE_NATIVE=0) through a real mount, the client, hashing. */

@@ -103,6 +103,13 @@ export interface PeerSystem {
    * it with os.scandir + is_file() (SGLang's existence check). Null where the system has no files.
    */
   createAndScan(count: number, sizeBytes: number): Promise<{ createMs: number; scanMs: number; ok: boolean } | null>;
+  /**
+   * One python3 process stores `count` new files of `sizeBytes` one at a time as SGLang's HiCacheFile
+   * and LMCache's file connectors do (a temp name opened O_CREAT|O_TRUNC, one whole write, close,
+   * os.replace over the final name), then checks each exists and loads it (open, readinto into a
+   * buffer made beforehand, close). Per-operation times summed over the files; null without files.
+   */
+  perFile(count: number, sizeBytes: number): Promise<PerFileResult | null>;
   /** `readers` concurrent readers, each reading every key `rounds` times. */
   concurrentRead(keys: string[], sizeBytes: number, readers: number, rounds: number, expectSha256: string): Promise<ConcurrentReadResult>;
   /**
@@ -119,6 +126,19 @@ export interface PeerSystem {
   close(): Promise<void>;
   /** For the exit handler, when close() could not run. */
   closeNowSync(): void;
+}
+
+/** PeerSystem.perFile: each operation's time summed over the files, ms; `ok` when every load was byte-exact. */
+export interface PerFileResult {
+  createMs: number;
+  writeMs: number;
+  closeMs: number;
+  renameMs: number;
+  existsMs: number;
+  openMs: number;
+  readMs: number;
+  readCloseMs: number;
+  ok: boolean;
 }
 
 export interface SystemContext {
@@ -311,6 +331,46 @@ interface FileSystemHooks {
   closeNowSync(): void;
 }
 
+/**
+ * perFile's python3. The bytes are made before any clock starts and written from one buffer (a counter
+ * in its first 8 bytes between files: no dedup); the loads go into one buffer touched beforehand and
+ * are checked outside the timed calls.
+ */
+const PER_FILE_PY = `
+import json, os, sys, time
+d, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.makedirs(d)
+buf = bytearray(os.urandom(size))
+into = bytearray(size)
+into[::4096] = b"\\1" * len(range(0, size, 4096))
+t = {k: 0.0 for k in ["create", "write", "close", "rename", "exists", "open", "read", "rclose"]}
+clock = time.perf_counter
+for i in range(n):
+    buf[:8] = i.to_bytes(8, "little")
+    tmp, final = f"{d}/{i:08d}.tmp", f"{d}/{i:08d}.bin"
+    t0 = clock(); fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    t1 = clock(); os.write(fd, buf)
+    t2 = clock(); os.close(fd)
+    t3 = clock(); os.replace(tmp, final)
+    t4 = clock()
+    t["create"] += t1 - t0; t["write"] += t2 - t1; t["close"] += t3 - t2; t["rename"] += t4 - t3
+ok = True
+for i in range(n):
+    final = f"{d}/{i:08d}.bin"
+    t0 = clock(); e = os.path.exists(final)
+    t1 = clock(); fd = os.open(final, os.O_RDONLY)
+    t2 = clock(); got = os.readv(fd, [into])
+    t3 = clock(); os.close(fd)
+    t4 = clock()
+    t["exists"] += t1 - t0; t["open"] += t2 - t1; t["read"] += t3 - t2; t["rclose"] += t4 - t3
+    buf[:8] = i.to_bytes(8, "little")
+    ok = ok and e and got == size and into == buf
+out = {k + "Ms": v * 1000 for k, v in t.items()}
+out["readCloseMs"] = out.pop("rcloseMs")
+out["ok"] = ok
+print(json.dumps(out))
+`;
+
 /** createAndScan's python3: unique content per file (a counter in its first 8 bytes: no dedup). */
 const CREATE_AND_SCAN_PY = `
 import json, os, sys, time
@@ -399,6 +459,13 @@ function fileSystem(h: FileSystemHooks): PeerSystem {
       fs.rmSync(dir, { recursive: true, force: true }); // untimed
       return { createMs: out.createMs, scanMs: out.scanMs, ok: out.files === count };
     },
+    async perFile(count, sizeBytes) {
+      const dir = path.join(h.workDir, `per-file-${process.pid}-${Date.now()}`);
+      const r = spawnSync('python3', ['-c', PER_FILE_PY, dir, String(count), String(sizeBytes)], { encoding: 'utf8', maxBuffer: 1 << 20 });
+      if (r.status !== 0) throw new Error(`python3 per-file loop failed in ${dir}: ${r.stderr.trim().slice(-500)}`);
+      fs.rmSync(dir, { recursive: true, force: true }); // untimed
+      return JSON.parse(r.stdout.trim()) as PerFileResult;
+    },
     concurrentRead: (keys, sizeBytes, readers, rounds, expectSha256) =>
       workerReaders(
         Array.from({ length: readers }, () => ({ kind: 'file' as const, items: keys.map(file), port: 0, sizeBytes, rounds })),
@@ -475,6 +542,8 @@ function cascadeWorkingSetBytes(args: PeerTrialArgs): number {
       return args.memoryBytes;
     case 'rename-race':
       return 3 * block; // the two versions and the one being written
+    case 'per-file':
+      return args.blocks * block;
   }
 }
 
@@ -624,6 +693,7 @@ async function openCascadeMount(ctx: SystemContext, variant: CascadeVariant): Pr
     },
     statAll: async () => null,
     createAndScan: async () => null,
+    perFile: async () => null,
     concurrentRead: (keys, sizeBytes, readers, rounds, expectSha256) =>
       workerReaders(
         Array.from({ length: readers }, () => ({ kind: 'cascade-client' as const, items: keys.map(rel), port: 0, sizeBytes, rounds, mountpoint: layout.mountDir })),
@@ -735,6 +805,7 @@ async function openRedis(ctx: SystemContext): Promise<PeerSystem> {
     bytesStored: async () => ({ memoryBytes: await usedMemory(), diskBytes: 0, how: 'INFO memory used_memory' }),
     openClose: async () => null,
     createAndScan: async () => null,
+    perFile: async () => null,
     expireMetadataCaches: async () => undefined,
     async statAll(keys, sizeBytes) {
       let ok = true;
@@ -919,6 +990,7 @@ async function openH5py(ctx: SystemContext): Promise<PeerSystem> {
     },
     expireMetadataCaches: reopen,
     createAndScan: async () => null,
+    perFile: async () => null,
     async statAll(keys, sizeBytes) {
       const r = await py.call({ op: 'stat', names: keys, sizeBytes });
       return { timeMs: num(r.timeMs, 'timeMs'), ok: r.ok === true };
@@ -960,6 +1032,7 @@ async function openH5py(ctx: SystemContext): Promise<PeerSystem> {
 
 const MEMORY_ONLY = 'memory only: no cold state (nothing on disk to read back)';
 const NO_FILE_CREATES = 'no files: the create loop and the directory listing are file-system operations';
+const NO_PER_FILE = 'no files: the per-file pattern is create, write, close and rename of files, then open and read';
 const NO_FILES = 'no files: nothing to open while another name is renamed over it (a GET of a key replaced by RENAME is atomic by construction)';
 const NO_FILE_RENAME = 'no file rename: the peer is one .h5 file open in one process; its datasets are not opened by path by other processes';
 const NO_EVICTION = 'no eviction: everything written stays in memory until it runs out (no capacity notion to compare)';
@@ -995,6 +1068,7 @@ export const SYSTEMS: SystemSpec[] = [
       capacity: NO_EVICTION,
       meta: 'as tmpfs',
       'rename-race': 'open, read and rename of a hot file are page-cache operations: the tmpfs row',
+      'per-file': 'creates, buffered writes and renames go to the page cache: the tmpfs row',
     },
     open: openDisk,
   },
@@ -1009,7 +1083,7 @@ export const SYSTEMS: SystemSpec[] = [
     name: 'redis',
     role: 'peer',
     what: "redis-server on a loopback port (--save '' --appendonly no), ioredis over TCP, one value per block",
-    notApplicable: { 'cold-read': MEMORY_ONLY, 'rename-race': NO_FILES },
+    notApplicable: { 'cold-read': MEMORY_ONLY, 'rename-race': NO_FILES, 'per-file': NO_PER_FILE },
     figuresNotApplicable: { 'open+close': 'Redis has no open/close', create: NO_FILE_CREATES, scandir: NO_FILE_CREATES },
     open: openRedis,
   },
@@ -1017,7 +1091,7 @@ export const SYSTEMS: SystemSpec[] = [
     name: 'h5py',
     role: 'peer',
     what: 'h5py in a python3 child: one .h5 file (on a private tmpfs; on the disk for cold reads), one dataset per block',
-    notApplicable: { capacity: NO_EVICTION, 'rename-race': NO_FILE_RENAME },
+    notApplicable: { capacity: NO_EVICTION, 'rename-race': NO_FILE_RENAME, 'per-file': NO_PER_FILE },
     figuresNotApplicable: { create: NO_FILE_CREATES, scandir: NO_FILE_CREATES },
     open: openH5py,
   },
@@ -1056,7 +1130,7 @@ export const SYSTEMS: SystemSpec[] = [
       'Cascade\'s same-node client (LocalClient) beside the native-engine mount: each read = open by path over the daemon\'s socket (a disk block is promoted to DRAM) + ' +
       'copy of the whole block from the shared arena into a reused, pre-touched buffer + release, all timed; SHA-256 after the timed region. ' +
       'Writes, setup and restarts through the mount; open+close = client open + release; no stat',
-    notApplicable: { write: CLIENT_ONLY_READS, 'dup-write': CLIENT_ONLY_READS, 'rename-race': CLIENT_NO_RENAME_RACE },
+    notApplicable: { write: CLIENT_ONLY_READS, 'dup-write': CLIENT_ONLY_READS, 'rename-race': CLIENT_NO_RENAME_RACE, 'per-file': CLIENT_ONLY_READS },
     figuresNotApplicable: {
       'stat-uncached': 'the client has no stat (its open returns the size); a stat is the mount\'s: the `cascade` row',
       create: 'the client reads; files are created through the mount: the `cascade` row',

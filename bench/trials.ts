@@ -262,6 +262,7 @@ export const PEER_SIZING = {
     createFiles: 20_000, // the create and scandir rows
     renameRaceRuns: 5,
     renameRaceOpens: 20_000, // 100,000 counted opens
+    perFileRuns: 5,
   },
   quick: {
     blockSizes: [2 * MiB, 64 * MiB],
@@ -275,8 +276,15 @@ export const PEER_SIZING = {
     createFiles: 5_000,
     renameRaceRuns: 5,
     renameRaceOpens: 2_000, // 10,000 counted opens
+    perFileRuns: 3,
   },
 };
+
+/** The per-file pattern's block sizes (SGLang's pages: 2 MiB; 8 MiB) and files per run. */
+const PER_FILE = [
+  { blockBytes: 2 * MiB, files: 64 },
+  { blockBytes: 8 * MiB, files: 32 },
+];
 
 /** The hot-read goal of every Cascade row: 2 MiB blocks (open, whole read, close) per second. */
 const GOAL_BLOCKS_PER_S = 8000;
@@ -305,6 +313,15 @@ function peerGoals(workload: WorkloadOf<'peers'>, system: SystemOf<'peers'>, blo
   if (workload === 'hot-read' && (blockBytes === 2 * MiB || blockBytes === 64 * MiB)) g(`hot read ${sizeLabel(blockBytes)} >= 0.9x tmpfs`, 'read', limit, 0.9);
   if (workload === 'cold-read' && blockBytes === 64 * MiB) g('cold read 64 MiB >= 0.9x disk', 'read', limit, 0.9);
   if (workload === 'rename-race') g('opens racing rename >= 0.8x tmpfs', 'opens', limit, 0.8);
+  if (workload === 'per-file') {
+    const size = sizeLabel(blockBytes);
+    g(`per-file ${size} store >= 0.5x tmpfs`, 'store', limit, 0.5);
+    g(`per-file ${size} store >= 1.5x bindfs`, 'store', bindfs, 1.5);
+    g(`per-file ${size} load >= 0.8x tmpfs`, 'load', limit, 0.8);
+    // Latency within 1.5x bindfs's: files/s at least 1/1.5 of its.
+    for (const op of ['create', 'rename', 'exists', 'read-open']) g(`per-file ${size} ${op} latency <= 1.5x bindfs (files/s >= 0.67x)`, op, bindfs, 0.67);
+    goals.push({ goal: `per-file ${size} close-commit <= 100 us`, measure: { figure: 'close-commit' }, against: { kind: 'value' }, target: 10_000 });
+  }
   return goals;
 }
 
@@ -336,6 +353,7 @@ function peerTrials(quick: boolean): Table {
       z.blockSizes.forEach((b, i) => add('capacity', b, { runs: z.runs.capacity, blocks: (CAPACITY_FACTOR * z.capacityMemoryBytes[i]) / b, memoryBytes: z.capacityMemoryBytes[i] })),
     meta: () => add('meta', 0, { runs: z.runs.meta, blocks: z.metaBlocks, iterations: z.openCloseIterations, createFiles: z.createFiles }),
     'rename-race': () => add('rename-race', RENAME_RACE_BYTES, { runs: z.renameRaceRuns, blocks: 1, readers: PEER_READERS, iterations: z.renameRaceOpens }),
+    'per-file': () => PER_FILE.forEach(({ blockBytes, files }) => add('per-file', blockBytes, { runs: z.perFileRuns, blocks: files })),
   };
   for (const w of SUITES.peers.workloads) perWorkload[w]();
   return { trials, notRun };

@@ -377,7 +377,46 @@ const WORKLOAD_RUNNERS: Record<Workload, (args: PeerTrialArgs, sys: PeerSystem) 
   capacity,
   meta,
   'rename-race': renameRace,
+  'per-file': perFile,
 };
+
+/**
+ * per-file: SGLang's and LMCache's pattern on one thread (PeerSystem.perFile), `blocks` files a run:
+ * store and load rates, and each operation's rate (files per second of that operation's time).
+ */
+async function perFile(args: PeerTrialArgs, sys: PeerSystem): Promise<TrialOutput> {
+  const n = args.blocks;
+  const t = { store: [] as number[], load: [] as number[], create: [] as number[], close: [] as number[], rename: [] as number[], exists: [] as number[], open: [] as number[] };
+  let ok = true;
+  for (let i = 0; i < args.warmups + args.runs; i++) {
+    const r = await sys.perFile(n, args.blockBytes);
+    if (r === null) throw new Error(`${args.system} has no files for the per-file pattern`);
+    ok &&= r.ok;
+    if (i >= args.warmups) {
+      t.store.push(r.createMs + r.writeMs + r.closeMs + r.renameMs);
+      t.load.push(r.openMs + r.readMs + r.readCloseMs);
+      t.create.push(r.createMs);
+      t.close.push(r.closeMs);
+      t.rename.push(r.renameMs);
+      t.exists.push(r.existsMs);
+      t.open.push(r.openMs);
+    }
+    await betweenRuns();
+  }
+  const bytes = n * args.blockBytes;
+  return {
+    figures: [
+      figure('store', `${n} files stored one at a time: create a temp name, one write, close, os.replace (the time of those calls)`, 'GB/s', bytes, n, t.store),
+      figure('load', `each loaded: open, readinto into a buffer made beforehand, close`, 'GB/s', bytes, n, t.load),
+      figure('create', 'open(O_CREAT|O_TRUNC) of the temp name (files/s of its time)', 'ops/s', 0, n, t.create),
+      figure('close-commit', 'close() after the one write (files/s of its time)', 'ops/s', 0, n, t.close),
+      figure('rename', 'os.replace over the final name (files/s of its time)', 'ops/s', 0, n, t.rename),
+      figure('exists', 'os.path.exists of a stored file (files/s of its time)', 'ops/s', 0, n, t.exists),
+      figure('read-open', 'open(O_RDONLY) of a stored file (files/s of its time)', 'ops/s', 0, n, t.open),
+    ],
+    checks: { contentVerified: ok, files: n },
+  };
+}
 
 /** One peers-suite trial: open its system, run its workload, close it. */
 export function runPeerTrial(args: PeerTrialArgs) {

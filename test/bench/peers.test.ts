@@ -18,6 +18,8 @@ import { canMount } from '../mount/daemon';
 
 const RUNNER = path.join(__dirname, '..', '..', 'bench', 'run.js');
 const RACE = 'rename-race 2MiB cascade';
+/** Also picks the other cascade-* rows (the filter is by substring). */
+const PER_FILE = 'per-file 2MiB cascade';
 /** --quick: 5 counted runs of 2,000 opens. */
 const RACE_OPENS = 10_000;
 
@@ -51,7 +53,7 @@ describe('bench: side-by-side peers (quick mode, smallest trial of every system)
     const names = smallestTrials();
     const outFile = path.join(outDir, 'peers.json');
     // The filter is by substring: 'rename-race 2MiB cascade' also picks cascade-fuse-native's, and the runner adds the tmpfs limit.
-    const r = spawnSync(process.execPath, [RUNNER, '--quick', '--filter', [...names, RACE].join(','), '--out', outFile], { encoding: 'utf8', timeout: 300_000 });
+    const r = spawnSync(process.execPath, [RUNNER, '--quick', '--filter', [...names, RACE, PER_FILE].join(','), '--out', outFile], { encoding: 'utf8', timeout: 300_000 });
     assert.equal(r.status, 0, `bench failed (${r.status ?? r.signal}):\n${r.stderr.slice(-3000)}`);
     const doc = JSON.parse(fs.readFileSync(outFile, 'utf8')) as {
       trials: { name: string; system: string; role: string; figures: { figure: string; rate: { median: number; min: number }; timesMs: number[]; xLimit: number | null }[]; checks: Record<string, unknown> }[];
@@ -87,6 +89,13 @@ describe('bench: side-by-side peers (quick mode, smallest trial of every system)
       assert.equal(t.checks.opens, RACE_OPENS, `rename-race ${system}: every counted open attempted`);
       for (const k of ['enoent', 'wrongContent', 'otherErrors', 'renames']) assert.equal(typeof t.checks[k], 'number', `rename-race ${system}: ${k} counted`);
       assert.ok(t.figures[0].rate.min > 0, `rename-race ${system}: opens/s`);
+    }
+    for (const system of ['tmpfs', 'cascade']) {
+      const t = doc.trials.find((x) => x.name === `per-file 2MiB ${system}`);
+      assert.ok(t, `per-file ${system} ran`);
+      assert.equal(t.checks.contentVerified, true, `per-file ${system}: every load byte-exact`);
+      assert.deepEqual(t.figures.map((f) => f.figure), ['store', 'load', 'create', 'close-commit', 'rename', 'exists', 'read-open']);
+      for (const f of t.figures) assert.ok(f.rate.min > 0 && Number.isFinite(f.rate.median), `per-file ${system}: ${f.figure} positive`);
     }
     const cold = doc.trials.find((x) => x.name === 'cold-read 2MiB disk');
     assert.equal(cold?.checks.maxResidentBytesAfterDrop, 0, 'the cold read found nothing of the file in the page cache');
