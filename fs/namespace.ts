@@ -15,8 +15,8 @@ const ABSENT_NAMES_MAX = 65_536;
 /** Directories a cluster node knows every entry of (see Namespace.complete). */
 const COMPLETE_DIRS_MAX = 65_536;
 
-/** A watch of one directory's names while it is listed or made (Namespace.watchDir). */
-export interface DirWatch {
+/** A watch of one directory's names while it is listed or made (Namespace.completing). */
+interface DirWatch {
   prefix: string;
   /** A change to a name at or under the directory was heard meanwhile (or the feed reset). */
   changed: boolean;
@@ -144,7 +144,7 @@ export class Namespace {
    * in a directory the tree lacks) drops the directories above it; a feed reset drops them all.
    */
   private readonly complete = new LRUCache<string, true>({ max: COMPLETE_DIRS_MAX });
-  /** Directories being listed or made (watchDir): changes heard under them are noted. */
+  /** Directories being listed or made (completing): changes heard under them are noted. */
   private readonly watches = new Set<DirWatch>();
   private changeSeq = 0;
   /** The engine's watcher of other nodes' changes (watchRemote), and how this stops hearing the store's. */
@@ -285,23 +285,21 @@ export class Namespace {
   }
 
   /**
-   * Start noting changes under directory `rel` while it is listed or made; completeIf() then marks it
-   * complete when none came. Every watch ends in completeIf() or endWatch().
+   * Run `body`, which lists or makes directory `rel`, noting changes under it from the start (before
+   * any lookup `body` sends): when it succeeds with none heard, the tree holds every entry of `rel`
+   * (see `complete`).
    */
-  watchDir(rel: string): DirWatch {
-    const w = { prefix: rel === '' ? '' : `${rel}/`, changed: false };
+  async completing<T>(rel: string, body: () => Promise<T>): Promise<T> {
+    const w: DirWatch = { prefix: rel === '' ? '' : `${rel}/`, changed: false };
     this.watches.add(w);
-    return w;
-  }
-
-  endWatch(w: DirWatch): void {
-    this.watches.delete(w);
-  }
-
-  /** The tree holds every entry of `rel` now (listed, or made empty): see `complete`. */
-  completeIf(rel: string, w: DirWatch): void {
-    this.watches.delete(w);
+    let result: T;
+    try {
+      result = await body();
+    } finally {
+      this.watches.delete(w);
+    }
     if (!w.changed && this.unwatchStore !== undefined && this.tree.kindOf(rel) === 'dir') this.complete.set(rel, true);
+    return result;
   }
 
   /** A directory removed or moved here: what was known complete of it and below it is dropped. */
@@ -342,18 +340,11 @@ export class Namespace {
    * Shared namespace: bring a directory's entries in line with the store (names made or removed by
    * other nodes). Directories made here with mkdir and files being written here stay.
    */
-  async syncDir(rel: string): Promise<void> {
-    const watch = this.watchDir(rel);
-    try {
-      await this.syncDirWatched(rel);
-    } catch (e) {
-      this.endWatch(watch);
-      throw e;
-    }
-    this.completeIf(rel, watch);
+  syncDir(rel: string): Promise<void> {
+    return this.completing(rel, () => this.listDir(rel));
   }
 
-  private async syncDirWatched(rel: string): Promise<void> {
+  private async listDir(rel: string): Promise<void> {
     const prefix = rel === '' ? '' : `${rel}/`;
     const files = new Set<string>();
     const dirs = new Set<string>();

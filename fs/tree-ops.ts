@@ -25,9 +25,8 @@ export class TreeOps {
     const rel = kvRel(path, 'mkdir');
     if (rel === '') throw new CascadeError('EEXIST', '/kv exists');
     validateDirName(rel);
-    // Changes under it from here on are noted: made empty with none heard, the tree holds all of it.
-    const watch = this.ns.watchDir(rel);
-    try {
+    // Made empty with no change under it heard from the lookup on: the tree holds all of it.
+    await this.ns.completing(rel, async () => {
       // With a shared namespace another node may have made it (or a file there) since the kernel looked.
       if (this.sharedNamespace && (await this.ns.kindOf(rel)) !== undefined) throw new CascadeError('EEXIST', `/kv/${rel} exists`);
       const ino = await this.inodes.take();
@@ -41,11 +40,7 @@ export class TreeOps {
         throw e;
       }
       this.attrs.dirModes.set(rel, perms);
-    } catch (e) {
-      this.ns.endWatch(watch);
-      throw e;
-    }
-    this.ns.completeIf(rel, watch);
+    });
   }
 
   async rmdir(path: string): Promise<void> {

@@ -30,7 +30,7 @@ import { parseRedisUrl, RedisMeta } from '../../store/meta/redis';
 import { Daemon } from '../../test/mount/daemon';
 // The test suite's real-Redis helper: the same servers (loopback port, AOF, appendfsync always).
 import { RedisServers } from '../../test/store/redis-server';
-import { clockMs, dropPageCache } from '../common';
+import { clockMs, dropPageCache, median } from '../common';
 import { trialLayout } from '../mounts';
 import type { CheckValue, ClusterTrialArgs, FigureSamples } from '../protocol';
 import { fiReadLimit, iperf3Limit } from '../transport-peers';
@@ -170,7 +170,6 @@ async function redisCommandsDuring(client: Redis, f: () => void): Promise<number
 }
 
 const round2 = (x: number) => Math.round(x * 100) / 100;
-const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
 
 const figure = (name: string, label: string, bytesPerRun: number, timesMs: number[], opsPerRun = 1): FigureSamples => ({ figure: name, label, unit: 'GB/s', bytesPerRun, opsPerRun, timesMs });
 

@@ -124,9 +124,9 @@ export class ClusterNode {
   }
 
   /**
-   * A name's current version, as this node just made it (the request sent when changesHeard was
-   * `seqAsked`): the next open here takes it without asking Redis, unless a change came in meanwhile
-   * (another node's newer commit may have been heard before this reply).
+   * A name's current version, as this node just made it, read it or heard it (the request sent when
+   * changesHeard was `seqAsked`): the next open here takes it without asking Redis, unless a change
+   * came in meanwhile (another node's newer commit may have been heard before this reply).
    */
   knowName(name: string, v: VersionRecord, seqAsked: number): void {
     this.lastKnown.set(name, v);
@@ -178,13 +178,10 @@ export class ClusterNode {
    * Redis is away and for the opens that follow (`fresh`), and its content's DRAM holders for a fetch.
    */
   private learned(name: string, v: VersionRecord | undefined, dramHolders: readonly string[], seqAsked: number): void {
-    if (v) this.lastKnown.set(name, v);
-    else this.lastKnown.delete(name);
+    if (v === undefined) return this.forgetName(name);
     const remote = this.copies.remote;
-    if (v && remote && !this.core.dram.has(v.sha256)) remote.noteHolders(v.sha256, dramHolders);
-    // Kept for the next open only when nothing changed while it was asked (see `fresh`).
-    if (v && this.stopWatching !== undefined && this.changeSeq === seqAsked) this.fresh.set(name, v);
-    else this.fresh.delete(name);
+    if (remote && !this.core.dram.has(v.sha256)) remote.noteHolders(v.sha256, dramHolders);
+    this.knowName(name, v, seqAsked);
   }
 
   /** Whether a peer holds this content in DRAM (where a read would fetch it from) and this node does not. */
@@ -264,19 +261,14 @@ export class ClusterNode {
 
   private changedElsewhere(c: NameChange): void {
     this.changeSeq++;
-    this.lastKnown.delete(c.name);
-    this.fresh.delete(c.name);
-    if (c.kind === 'renamed') {
-      this.lastKnown.delete(c.to);
-      this.fresh.delete(c.to);
-    }
+    this.forgetName(c.name);
+    if (c.kind === 'renamed') this.forgetName(c.to);
     // A commit's message carries the version it made: changes come in the order Redis applied them,
     // so until the next one for the name it is the current version, as a lookup would have read it.
     // The first open of another node's new block then asks Redis nothing.
     const v = c.kind === 'file' || c.kind === 'renamed' ? c.version : undefined;
     if (v !== undefined) {
-      this.lastKnown.set(v.name, v);
-      this.fresh.set(v.name, v);
+      this.knowName(v.name, v, this.changeSeq);
       const remote = this.copies.remote;
       if (c.kind === 'file' && c.dramHolder !== undefined && remote && !this.core.dram.has(v.sha256)) remote.noteHolders(v.sha256, [c.dramHolder], 'feed');
     }
