@@ -1,6 +1,6 @@
 // What each name under /kv is: the tree loaded at mount, inode numbers for new entries, and with a shared namespace the store's answers and other nodes' changes.
-import { LRUCache } from 'lru-cache';
 import { assert, isCascadeError } from '../store/errors';
+import { LruMap } from '../store/policy/lru-map';
 import type { NameChange, VersionRecord } from '../store/meta';
 import { validateDirName } from '../store/names';
 import type { Store } from '../store/store';
@@ -135,7 +135,7 @@ export class Namespace {
    * a change to them is heard (or the feed resets); and the count of changes heard, so that a lookup
    * answered while one came in is not remembered.
    */
-  private readonly absent = new LRUCache<string, true>({ max: ABSENT_NAMES_MAX });
+  private readonly absent = new LruMap<string, true>(ABSENT_NAMES_MAX);
   /**
    * Shared namespace with the change feed: directories whose every entry the tree holds, because this
    * node listed them from the store (syncDir) or made them empty (mkdir) with no change under them
@@ -143,7 +143,7 @@ export class Namespace {
    * asking the store. A change the tree cannot follow at once (a directory made elsewhere, a name
    * in a directory the tree lacks) drops the directories above it; a feed reset drops them all.
    */
-  private readonly complete = new LRUCache<string, true>({ max: COMPLETE_DIRS_MAX });
+  private readonly complete = new LruMap<string, true>(COMPLETE_DIRS_MAX);
   /** Directories being listed or made (completing): changes heard under them are noted. */
   private readonly watches = new Set<DirWatch>();
   private changeSeq = 0;

@@ -22,7 +22,7 @@ import { KeyedLock } from './singleflight';
 import type { Tier, TierName } from './tier';
 import type { GpuTier } from './tiers/gpu';
 
-/** Bounds of the DRAM recency order (see LruEviction): 1 Mi entries cost ~60 ms at open. */
+/** Bounds of the DRAM recency order (see LruEviction). */
 const LRU_MAX_ENTRIES = 1 << 20;
 const LRU_MIN_BLOCK_BYTES = 4096;
 

@@ -4,7 +4,7 @@
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { LRUCache } from 'lru-cache';
+import { LruMap } from '../policy/lru-map';
 import type { StoreConfig } from '../config';
 import type { StoreCore } from '../core';
 import type { ClusterCopies, DramCache } from '../dram-cache';
@@ -29,7 +29,7 @@ export class PeerCopies implements ClusterCopies {
    * so the handle keeps reading while Redis is away; a stale entry fails its check and is looked up
    * again.
    */
-  private readonly placements = new LRUCache<string, BlockPlacement[]>({ max: PLACEMENT_CACHE_ENTRIES });
+  private readonly placements = new LruMap<string, BlockPlacement[]>(PLACEMENT_CACHE_ENTRIES);
   /** Blocks whose places prefetchPlaces is asking for now. */
   private readonly locating = new Set<string>();
   /**

@@ -7,7 +7,7 @@
 import * as crypto from 'node:crypto';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { LRUCache } from 'lru-cache';
+import { LruMap } from '../policy/lru-map';
 import type { StoreCore } from '../core';
 import type { DramCache } from '../dram-cache';
 import { CascadeError, isCascadeError } from '../errors';
@@ -60,7 +60,7 @@ export class ClusterNode {
    */
   private leaseLost = false;
   /** The current version of names this node last saw, for opens while Redis is away. */
-  private readonly lastKnown = new LRUCache<string, VersionRecord>({ max: LAST_KNOWN_NAMES });
+  private readonly lastKnown = new LruMap<string, VersionRecord>(LAST_KNOWN_NAMES);
   /** Who hears of other nodes' changes to names (watchNames), and how this node stops hearing them. */
   private readonly changeListeners = new Set<ChangeListener>();
   private stopWatching: (() => Promise<void>) | undefined;
@@ -69,7 +69,7 @@ export class ClusterNode {
    * between the request and its reply (`changeSeq`): an open right after a lookup takes the version
    * from here instead of asking again. Every change heard drops its names; a reset drops all.
    */
-  private readonly fresh = new LRUCache<string, VersionRecord>({ max: LAST_KNOWN_NAMES });
+  private readonly fresh = new LruMap<string, VersionRecord>(LAST_KNOWN_NAMES);
   /** Changes (and resets) heard so far. */
   private changeSeq = 0;
   /** Content pinned here as the second DRAM copy of another node's pin. */

@@ -205,7 +205,9 @@ return released
 export const LUA_MODE = `${LUA_COMMON}
 if not redis.call('HGET', P .. 'last', ARGV[2]) then return redis.error_reply('ENOENT no such name: ' .. ARGV[2]) end
 redis.call('HSET', P .. 'modes', ARGV[2], ARGV[3])
-changed('f', ARGV[2])
+-- The version is unchanged: sent again, so that other nodes keep it as current.
+local head = redis.call('ZRANGE', vkey(ARGV[2]), -1, -1)
+changed('f', ARGV[2], head[1] or '')
 return 1
 `;
 

@@ -1,28 +1,20 @@
-import { LRUCache } from 'lru-cache';
-import { assert } from '../errors';
+import { LruMap } from './lru-map';
 import type { EvictionPolicy } from './policy';
 
 /**
- * Least-recently-used order of resident blocks, kept by lru-cache. lru-cache preallocates arrays for
- * `maxEntries` (16 Mi entries cost ~1.2 s and ~250 MB at construction), so the store sizes it from the
- * tier: at most as many entries as blocks that fit. A key pushed out of the order anyway (many tiny
- * blocks) is not forgotten: it becomes the first victim, since it was the least recent.
+ * Least-recently-used order of resident blocks. The store bounds it by the tier: at most as many
+ * entries as blocks that fit. A key pushed out of the order anyway (many tiny blocks) is not
+ * forgotten: it becomes the first victim, since it was the least recent.
  */
 /** Keys that cannot be evicted passed over in one victims() call, at most. */
 export const VICTIM_SKIPS_MAX = 256;
 
 export class LruEviction implements EvictionPolicy {
-  private readonly order: LRUCache<string, true>;
+  private readonly order: LruMap<string, true>;
   private readonly overflow = new Set<string>();
 
   constructor(maxEntries: number) {
-    assert(Number.isSafeInteger(maxEntries) && maxEntries >= 1, 'LRU size is a positive integer');
-    this.order = new LRUCache<string, true>({
-      max: maxEntries,
-      dispose: (_v, key, reason) => {
-        if (reason === 'evict') this.overflow.add(key);
-      },
-    });
+    this.order = new LruMap<string, true>(maxEntries, (key) => this.overflow.add(key));
   }
 
   admitted(key: string): void {
@@ -48,7 +40,7 @@ export class LruEviction implements EvictionPolicy {
     // Lazily, from the cold end; at most VICTIM_SKIPS_MAX keys that cannot go (dirty, held) are passed
     // over, so one call costs O(1) however many blocks DRAM holds. Fewer victims than asked for means
     // the caller writes through to disk instead (the flusher has not caught up).
-    for (const keys of [this.overflow.values(), this.order.rkeys()]) {
+    for (const keys of [this.overflow.values(), this.order.keys()]) {
       for (const key of keys) {
         if (!evictable(key)) {
           if (++skipped >= VICTIM_SKIPS_MAX) return out;

@@ -1,4 +1,4 @@
-import { LRUCache } from 'lru-cache';
+import { LruMap } from './lru-map';
 import { PROMOTION_TRACKED_MAX } from '../constants';
 import { CascadeError } from '../errors';
 import type { PromotionPolicy } from './policy';
@@ -8,7 +8,7 @@ import type { PromotionPolicy } from './policy';
  * scan over many cold blocks cannot grow memory without limit.
  */
 export class ThresholdPromotion implements PromotionPolicy {
-  private readonly counts = new LRUCache<string, number>({ max: PROMOTION_TRACKED_MAX });
+  private readonly counts = new LruMap<string, number>(PROMOTION_TRACKED_MAX);
 
   constructor(private readonly afterReads: number) {
     if (!Number.isInteger(afterReads) || afterReads < 1) {

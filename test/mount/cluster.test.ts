@@ -243,15 +243,18 @@ print("ok")
     assert.throws(() => fs.readFileSync(`${mnt('b')}/kv/m/ren/y`), /ENOENT/);
   });
 
-  it('a file A commits (or renames into place) in a directory B knows: B finds it, with its size and inode number, from the change feed alone', async function () {
+  it('a file A commits (or renames into place, or makes with a mode of its own) in a directory B knows: B finds it, with its size and inode number, from the change feed alone', async function () {
     fs.mkdirSync(`${mnt('a')}/kv/feed/d`, { recursive: true });
     assert.deepEqual(fs.readdirSync(`${mnt('b')}/kv/feed/d`), [], 'B knows the directory, empty');
     const data = seededBytes(77, 300_000);
     fs.writeFileSync(`${mnt('a')}/kv/feed/d/tmp`, data);
     fs.renameSync(`${mnt('a')}/kv/feed/d/tmp`, `${mnt('a')}/kv/feed/d/final`);
     fs.writeFileSync(`${mnt('a')}/kv/feed/d/direct`, data.subarray(0, 1000));
+    // A mode other than the default is saved after the commit, with a change message of its own.
+    fs.writeFileSync(`${mnt('a')}/kv/feed/d/moded`, data.subarray(0, 2000), { mode: 0o750 });
     const onA = (n: string) => fs.statSync(`${mnt('a')}/kv/feed/d/${n}`);
-    const want = { final: [onA('final').size, onA('final').ino], direct: [onA('direct').size, onA('direct').ino] };
+    assert.equal(onA('moded').mode & 0o777, 0o750);
+    const want = { final: [onA('final').size, onA('final').ino], direct: [onA('direct').size, onA('direct').ino], moded: [onA('moded').size, onA('moded').ino] };
     await new Promise((r) => setTimeout(r, 300)); // the feed's messages reach B
     // Redis stops answering (its connections stay open): B can answer only from what the feed told it.
     redis.pause(true);
@@ -260,17 +263,17 @@ print("ok")
       r = py(`
 import os, json
 d = "${mnt('b')}/kv/feed/d"
-print(json.dumps({n: [os.stat(f"{d}/{n}").st_size, os.stat(f"{d}/{n}").st_ino, os.path.exists(f"{d}/{n}")] for n in ["final", "direct"]}))
+print(json.dumps({n: [os.stat(f"{d}/{n}").st_size, os.stat(f"{d}/{n}").st_ino, os.path.exists(f"{d}/{n}")] for n in ["final", "direct", "moded"]}))
 `, 20_000);
     } finally {
       redis.pause(false);
     }
     assert.equal(r.code, 0, `B answered without Redis: ${r.stderr}`);
     const got = JSON.parse(r.stdout) as Record<string, [number, number, boolean]>;
-    assert.deepEqual(got, { final: [...want.final, true], direct: [...want.direct, true] });
+    assert.deepEqual(got, { final: [...want.final, true], direct: [...want.direct, true], moded: [...want.moded, true] });
     assert.ok(fs.readFileSync(`${mnt('b')}/kv/feed/d/final`).equals(data), 'byte-exact on B');
     assert.equal(fs.existsSync(`${mnt('b')}/kv/feed/d/tmp`), false, 'the temporary name is gone on B');
-    assert.deepEqual(fs.readdirSync(`${mnt('b')}/kv/feed/d`).sort(), ['direct', 'final']);
+    assert.deepEqual(fs.readdirSync(`${mnt('b')}/kv/feed/d`).sort(), ['direct', 'final', 'moded']);
   });
 
   it('a directory a node listed or made empty answers absent names itself, and still finds what other nodes make in it', async function () {
