@@ -49,6 +49,19 @@ const MONITOR_SETTLE_MS = 100;
 
 const sha256Hex = (data: Buffer) => crypto.createHash('sha256').update(data).digest('hex');
 const settleStats = () => new Promise((r) => setTimeout(r, STATS_SETTLE_MS));
+/** How long a remote load may take to be counted after its read (its SHA-256 check ends it). */
+const REMOTE_COUNTED_WAIT_MS = 10_000;
+
+/** Whether the node's remote loads went past `before` within REMOTE_COUNTED_WAIT_MS. */
+async function remoteLoadCounted(mnt: string, before: number): Promise<boolean> {
+  const untilMs = Date.now() + REMOTE_COUNTED_WAIT_MS;
+  for (;;) {
+    await settleStats();
+    const now = loads(mnt).remote;
+    if (now > before) return now === before + 1;
+    if (Date.now() > untilMs) return false;
+  }
+}
 
 /**
  * A buffer for the reads of one block size, allocated and touched once: every system reads into it, as
@@ -196,10 +209,11 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
       const before = loads(c.mnt('b')).remote;
       const cpuBefore = [cpuNs(c.pid('b')), cpuNs(c.pid('a'))];
       const remote = timeRead(path.join(c.mnt('b'), rel), sha, size);
-      // b computes the SHA-256 beside the read and drops its copy after: counted once that is done.
-      await settleStats();
+      // b checks the SHA-256 beside the read, at low priority, and counts the remote load once it
+      // matches: that may end well after the read (a 64 MiB block on two busy cores). Wait for it.
+      const loadCounted = await remoteLoadCounted(c.mnt('b'), before);
       const cpuAfter = [cpuNs(c.pid('b')), cpuNs(c.pid('a'))];
-      if (loads(c.mnt('b')).remote !== before + 1) throw new Error(`the read on b was not a remote DRAM read (${before} -> ${loads(c.mnt('b')).remote})`);
+      if (!loadCounted) throw new Error(`the read on b was not a remote DRAM read (${before} -> ${loads(c.mnt('b')).remote} after ${REMOTE_COUNTED_WAIT_MS} ms)`);
       const local = timeRead(path.join(c.mnt('a'), rel), sha, size);
       if (counted) {
         const perGB = (ns: number) => ns / 1e9 / (size / 1e9);
