@@ -104,6 +104,7 @@ export class Store {
       const node = new ClusterNode(core, config.cluster, parts.token ?? '');
       const copies = new PeerCopies(core, config.cluster, this.dramCache, parts.remote);
       node.wire({ dramCache: this.dramCache, copies, reclaim: (released) => this.content.reclaim(released), figures: () => this.figures() });
+      this.writeBack.synced = (keys) => node.recordPlaces(keys);
       this.cluster = { node, copies };
       this.dramCache.cluster = copies;
       this.content.cluster = this.cluster;

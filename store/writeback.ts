@@ -32,6 +32,11 @@ export class WriteBack {
   /** The flusher's run, while one runs. */
   flusher: Promise<void> | undefined;
   private flushRetry: NodeJS.Timeout | undefined;
+  /**
+   * Told of blocks just fdatasynced, before they count as durable (a cluster node records where they
+   * lie, so its DRAM copy is not evicted before other nodes can read them from the segments).
+   */
+  synced: ((keys: string[]) => Promise<void>) | undefined;
 
   /** `madeClean`: blocks just became durable (they may be evicted now). */
   constructor(
@@ -272,6 +277,7 @@ export class WriteBack {
     } catch (e) {
       throw this.requeueLost(e);
     }
+    if (this.synced !== undefined && covered.length > 0) await this.synced(covered);
     for (const key of covered) this.unsynced.delete(key);
     this.madeClean(); // blocks just made durable can go now
   }

@@ -64,9 +64,9 @@ export class Writes {
           owner.taken = true;
           this.core.admit(sha);
           this.writeBack.markDirty(sha, size);
-          // In a cluster other nodes read it from the segments once it is committed: it is written
-          // out now, from DRAM, before the commit.
-          if (this.cluster) await this.writeBack.flushLocked(sha);
+          // A cluster node without the remote tier: other nodes read it from the segments once it is
+          // committed, so it is written out now, from DRAM, before the commit.
+          if (this.cluster && !this.cluster.placesAfterCommit) await this.writeBack.flushLocked(sha);
           else this.writeBack.kickFlusher();
           this.dramCache.evictAhead();
           return;
@@ -127,9 +127,9 @@ export class Writes {
   private async ingest(sha: string, data: Uint8Array): Promise<void> {
     const { core, dramCache, writeBack } = this;
     writeBack.checkDiskRoom(data.length);
-    if (this.cluster) {
-      // Other nodes read a block from this node's segments as soon as it is committed, so it is
-      // written there before the commit (fdatasync comes from the flusher, or from fsync); then a
+    if (this.cluster && !this.cluster.placesAfterCommit) {
+      // Without the remote tier other nodes read a block from this node's segments as soon as it is
+      // committed, so it is written there before the commit (fdatasync comes from the flusher, or from fsync); then a
       // clean DRAM copy.
       await writeBack.writeNow(sha, data);
       if ((await dramCache.makeRoom(data.length)) && (await dramCache.dramWriteRaced(sha, data))) {

@@ -20,6 +20,12 @@ const BORROWED_GRACE_MS = 1_000;
 const PLACEMENT_CACHE_ENTRIES = 65_536;
 /** Place lookups prefetchPlaces keeps in flight at most (past it, the first read looks a block up). */
 const LOCATING_MAX = 1_024;
+/**
+ * How long a read waits for the shared-tier place of a block that has none yet while a peer holds it
+ * in DRAM: its writer committed it ahead of the segment write (placesAfterCommit) and records the
+ * place a few milliseconds later, unless it died first (the block was not fsynced: EIO).
+ */
+const PLACE_WAIT_MS = 1_000;
 
 export type ClusterConfig = NonNullable<StoreConfig['cluster']>;
 
@@ -203,7 +209,8 @@ export class PeerCopies implements ClusterCopies {
     const problems: string[] = [];
     for (let attempt = 0; attempt < 2; attempt++) {
       const cached = attempt === 0 ? this.placements.get(sha) : undefined;
-      const found = cached ?? (await this.c.directory.locate(sha));
+      let found = cached ?? (await this.c.directory.locate(sha));
+      if (found.length === 0 && cached === undefined) found = await this.awaitPlace(sha);
       if (found.length > 0) this.placements.set(sha, found);
       const places = order(found.filter((p) => p.sizeBytes === sizeBytes));
       for (const p of places) {
@@ -222,5 +229,18 @@ export class PeerCopies implements ClusterCopies {
     }
     this.core.counters.misses++;
     throw new CascadeError('EIO', `content ${sha} has no readable copy on the shared tier${problems.length ? ` (${problems.join('; ')})` : ''}`);
+  }
+
+  /** The places of a block written after its commit, once its writer records them (PLACE_WAIT_MS). */
+  private async awaitPlace(sha: string): Promise<BlockPlacement[]> {
+    const deadline = Date.now() + PLACE_WAIT_MS;
+    for (let pauseMs = 2; Date.now() < deadline; pauseMs = Math.min(pauseMs * 2, 100)) {
+      const holders = await this.c.directory.dramHolders(sha);
+      if (!holders.some((n) => n !== this.c.node)) return [];
+      await new Promise((r) => setTimeout(r, pauseMs));
+      const found = await this.c.directory.locate(sha);
+      if (found.length > 0) return found;
+    }
+    return [];
   }
 }

@@ -27,6 +27,8 @@ const RECLAIM_BATCH = 4096;
 const LAST_KNOWN_NAMES = 65_536;
 /** Replica requests a node takes per heartbeat. */
 const REPLICA_BATCH = 64;
+/** Places of newly written blocks recorded per batch (each one script call, sent together). */
+const PLACE_BATCH = 1_024;
 
 /** What the node asks of the rest of the store, given once the parts exist. */
 export interface ClusterNodeParts {
@@ -110,6 +112,42 @@ export class ClusterNode {
   async leave(): Promise<void> {
     await this.c.directory.leaveNode(this.c.node, this.token).catch((e: unknown) => this.core.warn(`leaving the cluster: ${String(e)}`));
     await this.stopWatching?.().catch((e: unknown) => this.core.warn(`stopping the watch of changes: ${String(e)}`));
+  }
+
+  /**
+   * Whether a commit goes ahead of the block's shared-tier write: with the remote tier on, the commit
+   * names this node as the DRAM holder and other nodes fetch the block from here, so close() waits
+   * for Redis only; the flusher writes the block to the segments afterwards and records its place
+   * once it is fdatasynced (fsync() waits for both). Without the remote tier the segments are the only way another node
+   * can read it, so the block is written there before the commit.
+   */
+  get placesAfterCommit(): boolean {
+    return this.copies.remote !== undefined;
+  }
+
+  /**
+   * Record where these blocks, just fdatasynced in this node's segments, lie (placesAfterCommit), a
+   * batch of script calls sent together at a time; until it returns they do not count as durable, so
+   * the DRAM copy other nodes fetch stays until they can read the segments instead. EIO when Redis
+   * cannot be reached (the flusher, or the fsync, tries again). A block released meanwhile is refused
+   * by the script (its row is gone).
+   */
+  async recordPlaces(keys: string[]): Promise<void> {
+    if (!this.placesAfterCommit) return; // each commit recorded its block's place
+    try {
+      for (let i = 0; i < keys.length; i += PLACE_BATCH) {
+        await Promise.all(
+          keys.slice(i, i + PLACE_BATCH).map(async (k) => {
+            const p = this.placement(k);
+            if (p !== undefined) await this.c.directory.placeBlock(k, p);
+          }),
+        );
+      }
+    } catch (e) {
+      // A clean close goes on: the next open republishes the places of every block in the segments.
+      if (!this.core.closing) throw e;
+      this.core.warn(`node ${this.c.node}: recording where ${keys.length} block(s) lie at close: ${String(e)}`);
+    }
   }
 
   /** A name changed here (removed, renamed away): forget what was known of it. */
@@ -234,9 +272,10 @@ export class ClusterNode {
         core.counters.dedupHits++;
         core.counters.dedupSavedBytes += sizeBytes;
       }
-      // Committed together with where this node holds the content (when it does), so a reader on
-      // another node never finds the version without a place to read it.
-      // With the remote tier on, the DRAM copy is advertised in the same step: readers fetch it at once.
+      // Committed together with where this node holds the content, so a reader on another node never
+      // finds the version without a place to read it: its place on the shared tier when it is written
+      // there already, and with the remote tier on its DRAM copy, which readers fetch at once (a new
+      // block's shared-tier place is recorded after the flusher writes it: placesAfterCommit).
       const inDram = this.copies.remote !== undefined && core.dram.has(sha) && !this.copies.isBorrowed(sha);
       return c.directory.commitPlaced(name, sha, sizeBytes, core.now(), core.keepVersions, ino, this.placement(sha), false, inDram ? c.node : undefined);
     });

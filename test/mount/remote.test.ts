@@ -214,6 +214,40 @@ for i, want in enumerate(exp):
     await trio.start('b');
   });
 
+  it('a close on A waits for Redis, not for the shared tier: with A\'s segment writes failing, the commit lands, B reads the block from A\'s memory, and once the flusher gets it out the shared tier serves it after A dies', async function () {
+    await trio.nodes.a.stop();
+    trio.nodes.a.env = { CASCADE_FAILPOINTS: 'disk.write=EIO#4' };
+    await trio.start('a');
+    try {
+      const data = seededBytes(45, 3 * 1024 * 1024 + 7);
+      fs.mkdirSync(`${trio.mnt('a')}/kv/m/r6`, { recursive: true });
+      // A commit that waited for the segment write would fail here with EIO.
+      fs.writeFileSync(`${trio.mnt('a')}/kv/m/r6/blk`, data);
+      const b0 = await trio.stats('b');
+      assert.equal(trio.read('b', 'kv/m/r6/blk'), sha256(data));
+      const b1 = await trio.stats('b');
+      assert.equal(b1.remote.loads - b0.remote.loads, 1, 'B read it from A\'s DRAM');
+      assert.equal(b1.sharedLoads - b0.sharedLoads, 0);
+      // The flusher retries each second; fsync() returns once the block and its place are recorded.
+      let synced = false;
+      for (let i = 0; i < 40 && !synced; i++) {
+        synced = sh(`python3 -c "import os; os.fsync(os.open('${trio.mnt('a')}/kv/m/r6/blk', os.O_RDONLY))"`).code === 0;
+        if (!synced) await delay(250);
+      }
+      assert.ok(synced, `fsync on A succeeds once a segment write does: ${trio.nodes.a.stderr.slice(-1500)}`);
+      assert.match(trio.nodes.a.stderr, /injected by CASCADE_FAILPOINTS/, 'the segment writes did fail');
+      await trio.nodes.a.stop('SIGKILL');
+      const c0 = await trio.stats('c');
+      assert.equal(trio.read('c', 'kv/m/r6/blk'), sha256(data), 'read on C after A died');
+      const c1 = await trio.stats('c');
+      assert.equal(c1.sharedLoads - c0.sharedLoads, 1, 'from the shared tier');
+    } finally {
+      await trio.nodes.a.stop();
+      trio.nodes.a.env = {};
+      await trio.start('a');
+    }
+  });
+
   it('a pinned block keeps a second DRAM copy on another node, and stays readable from memory after its node is killed', async function () {
     const data = seededBytes(40, 3 * 1024 * 1024);
     fs.mkdirSync(`${trio.mnt('a')}/kv/m/r5`, { recursive: true });
