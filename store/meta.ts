@@ -171,7 +171,8 @@ export interface BlockPlacement {
 export interface ClusterDirectory {
   /**
    * MetaEngine.commit plus, atomically, where this node holds the content. knownOnly: commit only if
-   * some node already stores the content (ENOENT otherwise, nothing changed): a put that moves no bytes.
+   * some node already stores the content on the shared tier (ENOENT otherwise, nothing changed): a put
+   * that moves no bytes.
    */
   commitPlaced(
     name: string,

@@ -269,11 +269,13 @@ export class Store {
     const cur = await this.core.meta.current(name);
     if (!cur) throw new CascadeError('ENOENT', `no such name: ${name}`);
     // In a cluster, content this node never stored (committed by another node, then renamed or linked
-    // here) is that node's to make durable.
+    // here) is that node's to make durable: the fsync waits until it is on the shared tier.
     const own = !this.cluster || this.core.disk.has(cur.sha256) || this.writeBack.dirty.has(cur.sha256);
     if (own) {
       await this.writeBack.makeDurable([cur.sha256]);
       if (!this.core.disk.has(cur.sha256)) throw new CascadeError('EIO', `content of ${name} was lost by a failed fdatasync`);
+    } else {
+      await this.cluster?.node.placedElsewhere(name, cur.sha256);
     }
     await this.core.meta.sync();
     return cur;

@@ -184,6 +184,15 @@ async function redisCommandsDuring(client: Redis, f: () => void): Promise<number
 
 const round2 = (x: number) => Math.round(x * 100) / 100;
 
+function fsyncFile(file: string): void {
+  const fd = fs.openSync(file, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 const figure = (name: string, label: string, bytesPerRun: number, timesMs: number[], opsPerRun = 1): FigureSamples => ({ figure: name, label, unit: 'GB/s', bytesPerRun, opsPerRun, timesMs });
 
 async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figures: FigureSamples[]; checks: Record<string, CheckValue> }> {
@@ -204,6 +213,9 @@ async function readWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figur
       const sha = sha256Hex(data);
       const rel = `${dir}/r${i}`;
       fs.writeFileSync(path.join(c.mnt('a'), rel), data);
+      // a's close returns before its shared-tier append (other nodes fetch from its DRAM meanwhile):
+      // its fsync, untimed, puts the block there, so that each read below measures only itself.
+      fsyncFile(path.join(c.mnt('a'), rel));
       for (const f of segmentFiles(path.join(c.shared, 'nodes', 'a'))) dropPageCache(f);
       const cold = timeRead(path.join(c.mnt('d'), rel), sha, size);
       const before = loads(c.mnt('b')).remote;
@@ -286,6 +298,7 @@ async function dedupWorkload(args: ClusterTrialArgs, c: Cluster): Promise<{ figu
   const dup = crypto.randomBytes(args.blockBytes);
   fs.mkdirSync(path.join(c.mnt('a'), 'kv/bench/dup'), { recursive: true });
   fs.writeFileSync(path.join(c.mnt('a'), 'kv/bench/dup/one'), dup);
+  fsyncFile(path.join(c.mnt('a'), 'kv/bench/dup/one')); // on the shared tier: what global dedup references
   const cBefore = dirBytes(path.join(c.shared, 'nodes', 'c'));
   const t = clockMs();
   fs.writeFileSync(path.join(c.mnt('c'), 'kv/bench/dup/two'), dup);

@@ -29,6 +29,8 @@ const LAST_KNOWN_NAMES = 65_536;
 const REPLICA_BATCH = 64;
 /** Places of newly written blocks recorded per batch (each one script call, sent together). */
 const PLACE_BATCH = 1_024;
+/** How long an fsync here waits for another node's block to reach the shared tier (placesAfterCommit). */
+const PLACED_ELSEWHERE_WAIT_MS = 10_000;
 
 /** What the node asks of the rest of the store, given once the parts exist. */
 export interface ClusterNodeParts {
@@ -150,6 +152,20 @@ export class ClusterNode {
     }
   }
 
+  /**
+   * fsync of a name whose content another node stores: return once that content has a place on the
+   * shared tier (its writer's append follows its commit); EIO after PLACED_ELSEWHERE_WAIT_MS.
+   */
+  async placedElsewhere(name: string, sha: string): Promise<void> {
+    const deadline = Date.now() + PLACED_ELSEWHERE_WAIT_MS;
+    for (let pauseMs = 2; ; pauseMs = Math.min(pauseMs * 2, 200)) {
+      if ((await this.c.directory.locate(sha)).length > 0) return;
+      if (Date.now() >= deadline) break;
+      await new Promise((r) => setTimeout(r, pauseMs));
+    }
+    throw new CascadeError('EIO', `content of ${name} is not on the shared tier: the node that wrote it has not stored it there within ${PLACED_ELSEWHERE_WAIT_MS} ms`);
+  }
+
   /** A name changed here (removed, renamed away): forget what was known of it. */
   forgetName(name: string): void {
     this.lastKnown.delete(name);
@@ -247,9 +263,9 @@ export class ClusterNode {
 
   /**
    * Commit content as a new version of `name`, under the content's lock. Content some node already
-   * stores is referenced (global dedup), else `ingest` stores it on this node first: a commit needs
-   * this node's own durable copy (another node's copy, or a DRAM copy of it, may be reclaimed by a
-   * concurrent release).
+   * stores on the shared tier is referenced (global dedup), else `ingest` stores it on this node
+   * first: a commit needs a durable copy (another node's copy, or a DRAM copy of it, may be reclaimed
+   * by a concurrent release; content only in its writer's DRAM is not durable yet).
    */
   async commit(name: string, sha: string, sizeBytes: number, ino: number | undefined, ingest: () => Promise<void>): Promise<VersionRecord> {
     if (this.leaseLost) throw new CascadeError('EIO', `node ${this.c.node}: another daemon holds this node name now; this daemon no longer writes`);

@@ -149,13 +149,19 @@ end
  *   -> { version, time, ino, released... }.
  * With node and where, the committing node's copy on the shared tier is recorded in the same step, so
  * no reader can see the version without a place to read it from. knownOnly: commit only if the
- * content is already stored (by any node), else ENOENT and nothing changes (global dedup).
+ * content is already stored on the shared tier (by any node), else ENOENT and nothing changes (global
+ * dedup).
  */
 export const LUA_COMMIT = `${LUA_COMMON}
 local name, sha, size, t, keep = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local err = check_size(sha, size)
 if err then return err end
-if ARGV[10] == '1' and redis.call('EXISTS', bkey(sha)) == 0 then return redis.error_reply('ENOENT content ' .. sha .. ' is not stored') end
+if ARGV[10] == '1' then
+  if redis.call('EXISTS', bkey(sha)) == 0 then return redis.error_reply('ENOENT content ' .. sha .. ' is not stored') end
+  -- Only in its writer's DRAM so far (the shared-tier append follows that commit): a reference to it
+  -- would not survive that node's crash, so the caller stores a copy of its own.
+  if redis.call('EXISTS', P .. 'loc:' .. sha) == 0 then return redis.error_reply('ENOENT content ' .. sha .. ' is not on the shared tier yet') end
+end
 local ino = tonumber(ARGV[7]) or head_ino(name) or take_inodes(1)
 if not ino then return redis.error_reply('ENOSPC inode numbers are used up') end
 local released = {}

@@ -248,6 +248,31 @@ for i, want in enumerate(exp):
     }
   });
 
+  it('content only in its writer\'s DRAM is not deduplicated against: B writing the same bytes stores its own copy, and B\'s fsync holds after A dies', async function () {
+    await trio.nodes.a.stop();
+    trio.nodes.a.env = { CASCADE_FAILPOINTS: 'disk.write=EIO' }; // A never gets a block to the shared tier
+    await trio.start('a');
+    try {
+      const data = seededBytes(46, 2 * 1024 * 1024 + 9);
+      fs.mkdirSync(`${trio.mnt('a')}/kv/m/r7`, { recursive: true });
+      fs.writeFileSync(`${trio.mnt('a')}/kv/m/r7/one`, data);
+      const bBytes = () => Number(sh(`du -sb ${path.join(trio.root, 'shared', 'nodes', 'b')}`).stdout.split('\t')[0]);
+      const before = bBytes();
+      fs.writeFileSync(`${trio.mnt('b')}/kv/m/r7/two`, data);
+      const t = Date.now();
+      const f = sh(`python3 -c "import os; os.fsync(os.open('${trio.mnt('b')}/kv/m/r7/two', os.O_RDONLY))"`);
+      assert.equal(f.code, 0, `fsync on B: ${f.stderr}`);
+      assert.ok(Date.now() - t < 5_000, `fsync on B took ${Date.now() - t} ms`);
+      assert.ok(bBytes() - before >= data.length, `B stored a copy of its own (${bBytes() - before} bytes more in its segments)`);
+      await trio.nodes.a.stop('SIGKILL');
+      assert.equal(trio.read('c', 'kv/m/r7/two'), sha256(data), 'B\'s file on C after A died');
+    } finally {
+      await trio.nodes.a.stop('SIGKILL');
+      trio.nodes.a.env = {};
+      await trio.start('a');
+    }
+  });
+
   it('a pinned block keeps a second DRAM copy on another node, and stays readable from memory after its node is killed', async function () {
     const data = seededBytes(40, 3 * 1024 * 1024);
     fs.mkdirSync(`${trio.mnt('a')}/kv/m/r5`, { recursive: true });

@@ -83,6 +83,12 @@ for (const cluster of [false, true]) {
         await meta.placeBlock(sha(9), place('n2')); // content without a block row: not recorded
         assert.deepEqual((await meta.locate(sha(1))).sort((x, y) => x.node.localeCompare(y.node)), [place('n1'), place('n2')]);
         assert.deepEqual(await meta.locate(sha(9)), []);
+        // Global dedup references only content with a place on the shared tier.
+        await meta.commitPlaced('m/b', sha(3), 10, 1_000, 8, undefined, undefined, false, 'n1');
+        await assert.rejects(meta.commitPlaced('m/c', sha(3), 10, 1_000, 8, undefined, undefined, true), (e: unknown) => isCascadeError(e, 'ENOENT'), 'only in a DRAM holder');
+        assert.equal(await meta.current('m/c'), undefined, 'nothing committed');
+        await meta.placeBlock(sha(3), place('n1'));
+        assert.equal((await meta.commitPlaced('m/c', sha(3), 10, 1_000, 8, undefined, undefined, true)).version.sha256, sha(3), 'placed: referenced');
         await meta.unplaceBlock(sha(1), 'n2');
         assert.deepEqual(await meta.locate(sha(1)), [place('n1')]);
         assert.deepEqual((await meta.remove('m/a')).released, [sha(1)]);
