@@ -31,7 +31,7 @@ import { Daemon } from '../../test/mount/daemon';
 // The test suite's real-Redis helper: the same servers (loopback port, AOF, appendfsync always).
 import { RedisServers } from '../../test/store/redis-server';
 import { clockMs, dropPageCache, median } from '../common';
-import { trialLayout } from '../mounts';
+import { trialLayout, waitPrefaulted } from '../mounts';
 import type { CheckValue, ClusterTrialArgs, FigureSamples } from '../protocol';
 import { fiReadLimit, iperf3Limit } from '../transport-peers';
 
@@ -140,6 +140,7 @@ async function withCluster<T>(scratchDir: string, f: (c: Cluster) => Promise<T>)
     nodes.s = new Daemon(single, path.join(scratchDir, 'data-s'), ['--dram', '1G']);
     await nodes.s.start();
     if (nodes.s.proc?.pid !== undefined) fs.appendFileSync(trialLayout(scratchDir).pidFile, `${nodes.s.proc?.pid}\n`);
+    await waitPrefaulted(Object.values(nodes).map((d) => d.mnt));
     return await f({ mnt: (n) => nodes[n].mnt, pid: (n) => nodes[n].proc!.pid!, shared, url, redisPort: redis.ports[0] });
   } finally {
     for (const d of Object.values(nodes)) await d.stop();
