@@ -171,8 +171,12 @@ export class DramCache {
     const data = native ? undefined : (fromGpu ?? (await this.loadFromDisk(sha, sizeBytes)));
     for (let attempt = 0; ; attempt++) {
       if (!(await this.makeRoom(sizeBytes))) {
-        // Room may be held by blocks waiting for the flusher: let it finish, then try once more.
-        await this.writeBack.makeDurable([...this.writeBack.dirty.keys(), ...this.writeBack.unsynced]);
+        // Room may be held by blocks waiting for the flusher: let it finish, then try once more. Its
+        // failure (a disk error, Redis away while a cluster node records places) is not this read's:
+        // the read fails only if no room was made.
+        await this.writeBack
+          .makeDurable([...this.writeBack.dirty.keys(), ...this.writeBack.unsynced])
+          .catch((e: unknown) => this.core.warn(`making room in DRAM for a load of ${sha}: ${String(e)}`));
         if (!(await this.makeRoom(sizeBytes))) {
           throw new CascadeError('ENOSPC', `no room in DRAM for ${sizeBytes} bytes (pinned: ${this.core.pinnedBytes})`);
         }

@@ -596,6 +596,49 @@ void TestFillRecord() {
   }
 }
 
+// A table offered for a block (its pieces passed it as they landed) is what Name keeps and a hold
+// serves; an offer of another shape, or one made before the block was freed, is not: Name computes.
+void TestOfferedPieceTable() {
+  Arena* a = OpenArena(4 << 20, 4096);
+  a->SetPieceTables(true);
+  uint8_t name[kContentNameBytes];
+  const uint64_t size = 600 * 1024;  // three 256 KiB pieces
+  std::vector<uint8_t> data(size);
+  for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<uint8_t>(i * 7);
+  auto named = [&](uint8_t tag, const std::vector<uint32_t>* offer, bool freeFirst) {
+    uint64_t h;
+    EXPECT(a->Allocate(size, &h) == Status::kOk);
+    EXPECT(a->Write(h, 0, data.data(), size) == Status::kOk);
+    if (offer != nullptr) EXPECT(a->OfferPieceTable(h, 18, *offer) == Status::kOk);
+    if (freeFirst) {
+      EXPECT(a->Free(h) == Status::kOk);
+      EXPECT(a->Allocate(size, &h) == Status::kOk);  // the same slot again
+      EXPECT(a->Write(h, 0, data.data(), size) == Status::kOk);
+    }
+    memset(name, tag, sizeof name);
+    EXPECT(a->Name(h, name) == Status::kOk);
+    ArenaHold hold;
+    EXPECT(a->HoldNamed(name, size, &hold) == Status::kOk);
+    std::vector<uint32_t> got = hold.pieceCrcs;
+    std::vector<uint32_t> computed = PieceCrcs(a->base(), hold.extents, size, 18);
+    EXPECT(hold.pieceShift == 18);
+    a->Unhold(hold);
+    EXPECT(a->Free(h) == Status::kOk);
+    return std::make_pair(got, computed);
+  };
+  const std::vector<uint32_t> offered = {1, 2, 3};
+  auto taken = named(1, &offered, false);
+  EXPECT(taken.first == offered);  // taken as offered, not computed
+  const std::vector<uint32_t> short_ = {1, 2};
+  auto ignored = named(2, &short_, false);
+  EXPECT(ignored.first == ignored.second && ignored.first.size() == 3);
+  auto dropped = named(3, &offered, true);
+  EXPECT(dropped.first == dropped.second);
+  auto none = named(4, nullptr, false);
+  EXPECT(none.first == none.second && none.first != offered);
+  delete a;
+}
+
 void TestNamesAndHolds() {
   Arena* a = OpenArena(1 << 20, 4096);
   uint8_t name[kContentNameBytes], other[kContentNameBytes];
@@ -1157,6 +1200,7 @@ int main() {
   TestStager();
   TestSlabs();
   TestNamesAndHolds();
+  TestOfferedPieceTable();
   TestBadConfig();
   TestStaleHandles();
   TestFullAndRanges();

@@ -514,6 +514,7 @@ Status Arena::Allocate(uint64_t sizeBytes, uint64_t* handle) {
   slot.live = true;
   slot.fill = kFillNone;
   slot.verifiedBytes = 0;
+  DropOffered(slot);
   slot.sizeBytes = sizeBytes;
   slot.runs = std::move(runs);
   slot.blockOffsets.clear();
@@ -573,6 +574,7 @@ Status Arena::Free(uint64_t handle) {
   if (s != Status::kOk) return s;
   Slot& slot = slots_[index];
   DropName(index);
+  DropOffered(slot);
   slot.live = false;
   // A new generation now: the freed handle is stale at once, even while its pages are still read.
   slot.generation = slot.generation == kGenerationMax ? 1 : slot.generation + 1;
@@ -618,6 +620,7 @@ Status Arena::Grow(uint64_t handle, uint64_t sizeBytes) {
   }
   blockBytes_ += sizeBytes - slot.sizeBytes;
   slot.sizeBytes = sizeBytes;
+  DropOffered(slot);
   return Status::kOk;
 }
 
@@ -661,6 +664,7 @@ Status Arena::Settle(uint64_t handle, uint64_t sizeBytes) {
   }
   blockBytes_ = blockBytes_ - slot.sizeBytes + sizeBytes;
   slot.sizeBytes = sizeBytes;
+  DropOffered(slot);
   return Status::kOk;
 }
 
@@ -802,8 +806,21 @@ Status Arena::Name(uint64_t handle, const uint8_t* name) {
     DropName(index);
     slots_[index].name = key;
     names_[key] = index;
-    if (!pieceTables_.load(std::memory_order_relaxed) || PieceShiftFor(slots_[index].sizeBytes) == 0) return Status::kOk;
-    generation = slots_[index].generation;
+    Slot& named = slots_[index];
+    const uint32_t shift = PieceShiftFor(named.sizeBytes);
+    if (!pieceTables_.load(std::memory_order_relaxed) || shift == 0) {
+      DropOffered(named);
+      return Status::kOk;
+    }
+    const uint64_t pieces = (named.sizeBytes + (uint64_t{1} << shift) - 1) >> shift;
+    if (named.offeredShift == shift && named.offeredCrcs.size() == pieces) {
+      named.pieceShift = shift;
+      named.pieceCrcs = std::move(named.offeredCrcs);
+      DropOffered(named);
+      return Status::kOk;
+    }
+    DropOffered(named);
+    generation = named.generation;
     TakeHold(index, &hold);  // the pages stay while the table is taken outside the lock
   }
   const uint32_t shift = PieceShiftFor(hold.sizeBytes);
@@ -818,6 +835,25 @@ Status Arena::Name(uint64_t handle, const uint8_t* name) {
   }
   Unhold(hold);
   return Status::kOk;
+}
+
+Status Arena::OfferPieceTable(uint64_t handle, uint32_t pieceShift, std::vector<uint32_t> crcs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t index;
+  Status s = Lookup(handle, &index);
+  if (s != Status::kOk) return s;
+  OfferLocked(slots_[index], pieceShift, std::move(crcs));
+  return Status::kOk;
+}
+
+void Arena::OfferLocked(Slot& slot, uint32_t pieceShift, std::vector<uint32_t> crcs) {
+  slot.offeredShift = pieceShift;
+  slot.offeredCrcs = std::move(crcs);
+}
+
+void Arena::DropOffered(Slot& slot) {
+  slot.offeredShift = 0;
+  slot.offeredCrcs.clear();
 }
 
 Status Arena::HoldNamed(const uint8_t* name, uint64_t sizeBytes, ArenaHold* hold) {
@@ -955,6 +991,10 @@ Status Arena::Fill(Slot* slot, uint32_t index, uint32_t generation, int fd, uint
       s = Status::kCorrupt;
     } else if (s == Status::kOk && !copier.badPiece().empty()) {
       CountBadPieceTable();  // the bytes are right (their SHA-256): the table was wrong
+    } else if (s == Status::kOk && streamed) {
+      // Every piece passed the record's table as it landed: the Name that follows takes it.
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (slots_[index].generation == generation) OfferLocked(slots_[index], table->pieceShift, table->crcs);
     }
   }
   // Done: with an expected SHA-256 every byte may now be read (with a table, each piece read before

@@ -132,6 +132,11 @@ class Arena {
   // on, the block's piece CRCs are taken now (its bytes were just hashed to that name) and go with
   // every hold of it, so a peer's reader checks the bytes against what they were when named.
   Status Name(uint64_t handle, const uint8_t* name);
+  // The piece table every piece of this block passed as it landed (a streamed fetch or fill whose
+  // pieces were checked one by one): the Name that follows takes it, and spends no pass over the bytes
+  // on the thread that names it (a JS thread: about 1 ms per 8 MiB). Ignored unless its shift and
+  // piece count are what Name would compute.
+  Status OfferPieceTable(uint64_t handle, uint32_t pieceShift, std::vector<uint32_t> crcs);
   // Keep piece tables for named blocks (the remote tier serves them with each hold).
   void SetPieceTables(bool on) { pieceTables_.store(on, std::memory_order_relaxed); }
   // Hold the live block with this name and size for a remote read (kStale when absent or resized).
@@ -195,6 +200,10 @@ class Arena {
     uint32_t slabClass = 0;  // 0: whole pages; else the size class (1-based) of its slab slot
     uint32_t pieceShift = 0;           // the piece table taken at Name (SetPieceTables), else empty
     std::vector<uint32_t> pieceCrcs;
+    // A piece table its bytes passed as they landed (OfferPieceTable): Name takes it instead of
+    // computing one. Dropped when the block is freed or resized.
+    uint32_t offeredShift = 0;
+    std::vector<uint32_t> offeredCrcs;
     uint8_t fill = kFillNone;     // a FillFromFile/FillRecord in progress, or one that failed
     uint64_t verifiedBytes = 0;   // while filling: the first bytes checked (piece CRCs)
   };
@@ -221,6 +230,8 @@ class Arena {
   Status Fill(Slot* slot, uint32_t slotIndex, uint32_t generation, int fd, uint64_t payloadOffsetBytes, uint64_t aheadBytes, const struct PieceTable* table,
               const uint8_t* expectSha256, std::string* hex, std::string* error);
   void SetFillState(uint32_t slotIndex, uint32_t generation, uint8_t fill, uint64_t verifiedBytes);
+  void OfferLocked(Slot& slot, uint32_t pieceShift, std::vector<uint32_t> crcs);
+  static void DropOffered(Slot& slot);
   // A live block being filled, changed under mutex_ (kInvalid when it is not filling); readers woken.
   Status UpdateFill(uint64_t handle, const std::function<void(Slot&)>& update);
   void CountBadPieceTable();

@@ -902,6 +902,9 @@ void Fabric::Impl::Finish(FetchState& f) {
     f.corrupt = true;
     Fail(f, "the block's SHA-256 differs from its name");
   }
+  // Every piece of a streamed block passed the peer's table on the progress thread: naming the copy
+  // takes that table instead of another pass over the bytes.
+  if (!f.failed && f.streaming && f.pieceShift != 0) arena->OfferPieceTable(f.localHandle, f.pieceShift, f.crcs);
   // Readers of a streamed block go on (every byte landed, its SHA-256 matches) or fail with it.
   if (f.marked) arena->EndFill(f.localHandle, !f.failed);
   arena->Unhold(f.local);
