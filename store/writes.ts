@@ -129,8 +129,8 @@ export class Writes {
     writeBack.checkDiskRoom(data.length);
     if (this.cluster && !this.cluster.placesAfterCommit) {
       // Without the remote tier other nodes read a block from this node's segments as soon as it is
-      // committed, so it is written there before the commit (fdatasync comes from the flusher, or from fsync); then a
-      // clean DRAM copy.
+      // committed, so it is written there before the commit (fdatasync comes from the flusher, or
+      // from fsync); then a clean DRAM copy.
       await writeBack.writeNow(sha, data);
       if ((await dramCache.makeRoom(data.length)) && (await dramCache.dramWriteRaced(sha, data))) {
         core.admit(sha);

@@ -209,8 +209,7 @@ export class PeerCopies implements ClusterCopies {
     const problems: string[] = [];
     for (let attempt = 0; attempt < 2; attempt++) {
       const cached = attempt === 0 ? this.placements.get(sha) : undefined;
-      let found = cached ?? (await this.c.directory.locate(sha));
-      if (found.length === 0 && cached === undefined) found = await this.awaitPlace(sha);
+      const found = cached ?? (await this.locateWaiting(sha, PLACE_WAIT_MS, true));
       if (found.length > 0) this.placements.set(sha, found);
       const places = order(found.filter((p) => p.sizeBytes === sizeBytes));
       for (const p of places) {
@@ -231,16 +230,19 @@ export class PeerCopies implements ClusterCopies {
     throw new CascadeError('EIO', `content ${sha} has no readable copy on the shared tier${problems.length ? ` (${problems.join('; ')})` : ''}`);
   }
 
-  /** The places of a block written after its commit, once its writer records them (PLACE_WAIT_MS). */
-  private async awaitPlace(sha: string): Promise<BlockPlacement[]> {
-    const deadline = Date.now() + PLACE_WAIT_MS;
-    for (let pauseMs = 2; Date.now() < deadline; pauseMs = Math.min(pauseMs * 2, 100)) {
-      const holders = await this.c.directory.dramHolders(sha);
-      if (!holders.some((n) => n !== this.c.node)) return [];
-      await new Promise((r) => setTimeout(r, pauseMs));
+  /**
+   * A block's places on the shared tier; while it has none, asked again for up to `waitMs`: its writer
+   * committed it ahead of the segment append (placesAfterCommit) and records the place shortly. With
+   * `whileHeld`, only while a peer holds it in DRAM (a writer that died first never will).
+   */
+  async locateWaiting(sha: string, waitMs: number, whileHeld: boolean): Promise<BlockPlacement[]> {
+    const deadline = Date.now() + waitMs;
+    for (let pauseMs = 2; ; pauseMs = Math.min(pauseMs * 2, 100)) {
       const found = await this.c.directory.locate(sha);
-      if (found.length > 0) return found;
+      if (found.length > 0 || Date.now() >= deadline) return found;
+      if (whileHeld && !(await this.c.directory.dramHolders(sha)).some((n) => n !== this.c.node)) return found;
+      await new Promise((r) => setTimeout(r, pauseMs));
     }
-    return [];
   }
+
 }

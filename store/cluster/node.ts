@@ -19,7 +19,7 @@ import type { ClusterConfig, PeerCopies } from './copies';
 /** A cluster node's lease in the directory: renewed every NODE_HEARTBEAT_MS, lost NODE_LEASE_MS after. */
 const NODE_LEASE_MS = 15_000;
 const NODE_HEARTBEAT_MS = 5_000;
-/** Placements republished at once when a node opens (each one round trip). */
+/** Block places recorded at once (at open, after compaction, after the flusher; each one round trip). */
 const PLACE_CONCURRENCY = 64;
 /** Released blocks a node drops per heartbeat (a release elsewhere names this node's copies). */
 const RECLAIM_BATCH = 4096;
@@ -27,8 +27,6 @@ const RECLAIM_BATCH = 4096;
 const LAST_KNOWN_NAMES = 65_536;
 /** Replica requests a node takes per heartbeat. */
 const REPLICA_BATCH = 64;
-/** Places of newly written blocks recorded per batch (each one script call, sent together). */
-const PLACE_BATCH = 1_024;
 /** How long an fsync here waits for another node's block to reach the shared tier (placesAfterCommit). */
 const PLACED_ELSEWHERE_WAIT_MS = 10_000;
 
@@ -120,16 +118,16 @@ export class ClusterNode {
    * Whether a commit goes ahead of the block's shared-tier write: with the remote tier on, the commit
    * names this node as the DRAM holder and other nodes fetch the block from here, so close() waits
    * for Redis only; the flusher writes the block to the segments afterwards and records its place
-   * once it is fdatasynced (fsync() waits for both). Without the remote tier the segments are the only way another node
-   * can read it, so the block is written there before the commit.
+   * once it is fdatasynced (fsync() waits for both). Without the remote tier the segments are the
+   * only way another node can read it, so the block is written there before the commit.
    */
   get placesAfterCommit(): boolean {
     return this.copies.remote !== undefined;
   }
 
   /**
-   * Record where these blocks, just fdatasynced in this node's segments, lie (placesAfterCommit), a
-   * batch of script calls sent together at a time; until it returns they do not count as durable, so
+   * Record where these blocks, just fdatasynced in this node's segments, lie (placesAfterCommit);
+   * until it returns they do not count as durable, so
    * the DRAM copy other nodes fetch stays until they can read the segments instead. EIO when Redis
    * cannot be reached (the flusher, or the fsync, tries again). A block released meanwhile is refused
    * by the script (its row is gone).
@@ -137,14 +135,7 @@ export class ClusterNode {
   async recordPlaces(keys: string[]): Promise<void> {
     if (!this.placesAfterCommit) return; // each commit recorded its block's place
     try {
-      for (let i = 0; i < keys.length; i += PLACE_BATCH) {
-        await Promise.all(
-          keys.slice(i, i + PLACE_BATCH).map(async (k) => {
-            const p = this.placement(k);
-            if (p !== undefined) await this.c.directory.placeBlock(k, p);
-          }),
-        );
-      }
+      await this.publishPlaces(keys);
     } catch (e) {
       // A clean close goes on: the next open republishes the places of every block in the segments.
       if (!this.core.closing) throw e;
@@ -157,14 +148,10 @@ export class ClusterNode {
    * shared tier (its writer's append follows its commit); EIO after PLACED_ELSEWHERE_WAIT_MS.
    */
   async placedElsewhere(name: string, sha: string): Promise<void> {
-    const deadline = Date.now() + PLACED_ELSEWHERE_WAIT_MS;
-    for (let pauseMs = 2; ; pauseMs = Math.min(pauseMs * 2, 200)) {
-      if ((await this.c.directory.locate(sha)).length > 0) return;
-      if (Date.now() >= deadline) break;
-      await new Promise((r) => setTimeout(r, pauseMs));
-    }
+    if ((await this.copies.locateWaiting(sha, PLACED_ELSEWHERE_WAIT_MS, false)).length > 0) return;
     throw new CascadeError('EIO', `content of ${name} is not on the shared tier: the node that wrote it has not stored it there within ${PLACED_ELSEWHERE_WAIT_MS} ms`);
   }
+
 
   /** A name changed here (removed, renamed away): forget what was known of it. */
   forgetName(name: string): void {
@@ -408,18 +395,21 @@ export class ClusterNode {
 
   /** Cluster mode: record the current places of these blocks (after compaction moved them). */
   republish(keys: string[]): void {
-    const c = this.c;
-    void (async () => {
-      for (let i = 0; i < keys.length; i += PLACE_CONCURRENCY) {
-        await Promise.all(
-          keys.slice(i, i + PLACE_CONCURRENCY).map(async (k) => {
-            const p = this.placement(k);
-            if (p) await c.directory.placeBlock(k, p);
-          }),
-        );
-      }
-    })().catch((e: unknown) => this.core.warn(`publishing block places: ${String(e)}`));
+    this.publishPlaces(keys).catch((e: unknown) => this.core.warn(`publishing block places: ${String(e)}`));
   }
+
+  /** Record where these blocks lie on the shared tier, PLACE_CONCURRENCY script calls at a time. */
+  private async publishPlaces(keys: string[]): Promise<void> {
+    for (let i = 0; i < keys.length; i += PLACE_CONCURRENCY) {
+      await Promise.all(
+        keys.slice(i, i + PLACE_CONCURRENCY).map(async (k) => {
+          const p = this.placement(k);
+          if (p) await this.c.directory.placeBlock(k, p);
+        }),
+      );
+    }
+  }
+
 
   startHeartbeat(): void {
     const c = this.c;

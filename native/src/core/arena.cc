@@ -807,19 +807,16 @@ Status Arena::Name(uint64_t handle, const uint8_t* name) {
     slots_[index].name = key;
     names_[key] = index;
     Slot& named = slots_[index];
-    const uint32_t shift = PieceShiftFor(named.sizeBytes);
-    if (!pieceTables_.load(std::memory_order_relaxed) || shift == 0) {
-      DropOffered(named);
-      return Status::kOk;
-    }
-    const uint64_t pieces = (named.sizeBytes + (uint64_t{1} << shift) - 1) >> shift;
-    if (named.offeredShift == shift && named.offeredCrcs.size() == pieces) {
-      named.pieceShift = shift;
-      named.pieceCrcs = std::move(named.offeredCrcs);
-      DropOffered(named);
-      return Status::kOk;
-    }
+    const uint32_t offeredShift = named.offeredShift;
+    std::vector<uint32_t> offered = std::move(named.offeredCrcs);
     DropOffered(named);
+    const uint32_t shift = PieceShiftFor(named.sizeBytes);
+    if (!pieceTables_.load(std::memory_order_relaxed) || shift == 0) return Status::kOk;
+    if (offeredShift == shift && offered.size() == ((named.sizeBytes + (uint64_t{1} << shift) - 1) >> shift)) {
+      named.pieceShift = shift;
+      named.pieceCrcs = std::move(offered);
+      return Status::kOk;
+    }
     generation = named.generation;
     TakeHold(index, &hold);  // the pages stay while the table is taken outside the lock
   }
